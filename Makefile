@@ -1,0 +1,37 @@
+# The two commands (see README): `make demo` runs the main job, `make test` runs every check CI runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PACKAGES := guardrail monitors verifiers repair adapters traces
+
+.PHONY: install demo test lint typecheck pytest fuzz clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,scale]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/guardrail demo
+
+lint: install
+	$(BIN)/ruff check $(PACKAGES) tests
+
+typecheck: install
+	$(BIN)/mypy $(PACKAGES)
+
+pytest: install
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+fuzz: install
+	GUARDRAIL_FUZZ_EXAMPLES=$${GUARDRAIL_FUZZ_EXAMPLES:-20000} $(BIN)/pytest -m fuzz -p no:randomly tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
