@@ -81,7 +81,7 @@ class RejectedEntry(BaseModel):
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["guardrail-corpus"] = CORPUS_FORMAT
+    format: Literal["guardrail-corpus"] = "guardrail-corpus"
     version: int = CORPUS_VERSION
     name: str
     created_at: str

@@ -27,13 +27,14 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 print(f"error: {exc}")
             continue
+        labels = corpus.labels()
         record = {
             "corpus": corpus.name,
             "path": str(corpus.path),
             "format": corpus.kind,
             "episodes": len(corpus.episodes),
             "steps": corpus.n_steps,
-            "labels": corpus.labels(),
+            "labels": labels,
             "rejected": len(corpus.rejected),
             "issues": [str(i) for i in corpus.issues],
         }
@@ -44,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             rows.append({k: record[k] for k in ("corpus", "format", "episodes", "steps", "rejected")}
                         | {"issues": len(corpus.issues),
-                           "labels": ", ".join(f"{k}={v}" for k, v in record["labels"].items())})
+                           "labels": ", ".join(f"{k}={v}" for k, v in labels.items())})
             for issue in corpus.issues[:20]:
                 print(f"  problem: {issue}")
     if rows:

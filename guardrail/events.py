@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -26,7 +26,7 @@ __all__ = [
 HEALTHY = "healthy"
 
 
-class ActionKind(str, Enum):
+class ActionKind(StrEnum):
     """The four forms an agent's proposed action arrives in."""
 
     SHELL = "shell"  # a shell command line: "cd src && python -m pytest tests/test_x.py::T::t"
@@ -80,7 +80,7 @@ class Action(_Model):
 
     @classmethod
     def tool_call(cls, tool: str, args: dict[str, Any] | str | None = None, **kw: Any) -> Action:
-        return cls(kind=ActionKind.TOOL, tool=tool, args=args or {}, **kw)
+        return cls(kind=ActionKind.TOOL, tool=tool, args=args or {}, **kw)  # type: ignore[arg-type]  # str is parsed by the validator
 
     @classmethod
     def swe_agent(cls, command: str, *, cwd: str | None = None, **kw: Any) -> Action:
@@ -130,7 +130,7 @@ class ToolEvent(_Model):
         )
 
 
-class StepKind(str, Enum):
+class StepKind(StrEnum):
     TOOL_CALL = "tool_call"  # the model asked for one or more tools; tool_events hold them
     FINAL = "final"  # the run's answer
     TEXT = "text"  # an intermediate message with no tool call
@@ -186,7 +186,7 @@ class Episode(_Model):
         return None
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     INFO = "info"
     WARNING = "warning"
     ALARM = "alarm"  # the step monitor crossed its calibrated threshold
@@ -209,7 +209,7 @@ class Finding(_Model):
     score: float | None = None
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     ALLOW = "allow"
     WARN = "warn"
     BLOCK = "block"

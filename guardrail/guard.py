@@ -77,6 +77,13 @@ class Guard:
             for hook in ("before_action", "after_result", "on_step", "on_finish")
         }
 
+    @classmethod
+    def default(cls, **options: Any) -> Guard:
+        """A Guard with every layer the given options allow (workspace -> gate, model -> monitor, spec -> verifiers)."""
+        from guardrail.assemble import default_guard
+
+        return default_guard(cls, **options)
+
     # ----------------------------------------------------------------- episodes
     def start_episode(
         self,
