@@ -265,15 +265,17 @@ def parse_tool_text(text: str) -> list[ToolEvent]:
     events: list[ToolEvent] = []
     for match in _TOOL_OPEN.finditer(text):
         start = match.end()
+        args: Any
         try:
             args, end = _DECODER.raw_decode(text, start)
         except json.JSONDecodeError:
+            end = -1
+        if end < 0 or not text.startswith(") -> ", end):
+            # Not JSON arguments (or JSON followed by more text): keep the raw argument string.
             close = text.find(") -> ", start)
             if close < 0:
                 continue
             args, end = text[start:close], close
-        if not text.startswith(") -> ", end):
-            continue
         result_start = end + len(") -> ")
         close_bracket = text.rfind("]")
         result = text[result_start:close_bracket] if close_bracket >= result_start else text[result_start:]
