@@ -1,1 +1,33 @@
-"""placeholder"""
+"""Framework adapters (LangChain/LangGraph, AutoGen, SWE-agent, OpenTelemetry); each is imported on first use.
+
+Import the one you need (``from adapters.langchain import GuardMiddleware``) or take it from here:
+``adapters.GuardMiddleware`` loads only LangChain, so a user without AutoGen can still use LangGraph.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "GuardMiddleware",
+    "GuardedWorkbench",
+    "GuardAlarmTermination",
+    "SweAgentGuardHook",
+    "GuardSpanProcessor",
+]
+
+_WHERE = {
+    "GuardMiddleware": "adapters.langchain",
+    "GuardedWorkbench": "adapters.autogen",
+    "GuardAlarmTermination": "adapters.autogen",
+    "SweAgentGuardHook": "adapters.swe_agent",
+    "GuardSpanProcessor": "adapters.otel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'adapters' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,412 @@
+"""LangChain v1 / LangGraph adapter: an `AgentMiddleware` for `create_agent`, plus a ToolNode and nodes for StateGraphs.
+
+    agent = create_agent(model, tools, middleware=[GuardMiddleware(guard)], checkpointer=saver)
+
+- ``wrap_tool_call`` runs ``guard.before_action``; a block returns the framework's own
+  ``ToolMessage(status="error")`` carrying the warning and its repair hint, so the model reads it
+  and tries again. After the tool ran, ``guard.after_result`` sees what it returned.
+- ``after_model`` / ``before_model`` feed ``guard.on_step``. A step with tool calls is fed once its
+  tool results are in (at the next model call or the end of the run), so the monitor sees the
+  same shape of step it was fitted on (the call and what came back).
+- ``after_agent`` runs ``guard.on_finish`` and hands a repair verdict to ``on_repair``.
+
+For a hand-built ``StateGraph``: ``middleware.tool_node(tools)`` is a ``ToolNode`` with the same
+gate, ``middleware.observe_node`` feeds the steps and ``middleware.finish_node`` closes the episode.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware.types import OmitFromInput, hook_config
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.config import get_config
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from adapters.common import action_from_call, asafe_decision, safe_decision
+from guardrail.events import Action, Decision, Result, Step, StepKind, ToolEvent, Verdict
+from guardrail.guard import Guard, GuardError
+from guardrail.layer import EpisodeContext
+
+__all__ = ["GuardMiddleware", "GuardedAgentState", "RepairCallback", "step_from_messages"]
+
+RepairCallback = Callable[[Decision, Any, Any], "dict[str, Any] | None"]
+DecisionCallback = Callable[[Decision], None]
+
+
+class GuardedAgentState(AgentState[Any]):
+    """The agent state plus the guard's episode id and, at the end, the episode's findings."""
+
+    guardrail_episode: NotRequired[Annotated[str | None, OmitFromInput]]
+    guardrail_findings: NotRequired[Annotated[list[dict[str, Any]], OmitFromInput]]
+    guardrail_verdict: NotRequired[Annotated[str | None, OmitFromInput]]
+
+
+@dataclass
+class _Run:
+    """What the adapter tracks per running episode: where this run's messages start, which steps it fed."""
+
+    start: int
+    fed: set[str] = field(default_factory=set)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks
+        return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content if b)
+    return str(content)
+
+
+def _logprobs(message: AIMessage) -> list[float]:
+    """Token log-probabilities from an OpenAI-style ``response_metadata["logprobs"]["content"]``."""
+    meta = message.response_metadata or {}
+    raw = meta.get("logprobs")
+    items = raw.get("content") if isinstance(raw, dict) else raw
+    if not isinstance(items, list):
+        return []
+    out: list[float] = []
+    for item in items:
+        value = item.get("logprob") if isinstance(item, dict) else item
+        if isinstance(value, int | float):
+            out.append(float(value))
+    return out
+
+
+def step_from_messages(index: int, message: AIMessage, tool_messages: Sequence[ToolMessage] = (),
+                       task: str | None = None) -> Step:
+    """One model turn (and the tool results it got back) as a guard `Step`."""
+    by_id = {m.tool_call_id: m for m in tool_messages}
+    events = []
+    for call in message.tool_calls:
+        reply = by_id.get(call.get("id") or "")
+        result = None if reply is None else _text(reply.content)
+        events.append(ToolEvent(id=call.get("id") or "", name=call["name"], args=call.get("args") or {},
+                                result=result, result_chars=None if result is None else len(result),
+                                is_error=bool(reply is not None and reply.status == "error")))
+    logprobs = _logprobs(message)
+    usage: dict[str, Any] = dict(message.usage_metadata or {})
+    return Step(
+        index=index,
+        kind=StepKind.TOOL_CALL if message.tool_calls else StepKind.FINAL,
+        text=_text(message.content),
+        tool_events=events,
+        token_logprobs=logprobs,
+        logprobs_available=bool(logprobs),
+        output_tokens=usage.get("output_tokens"),
+        task=task,
+        meta={"message_id": message.id} if message.id else {},
+    )
+
+
+def _result_from(message: Any) -> Result | None:
+    if isinstance(message, ToolMessage):
+        return Result(output=_text(message.content), is_error=message.status == "error",
+                      call_id=message.tool_call_id, data=message.artifact)
+    update = getattr(message, "update", None)  # a Command(update={"messages": [ToolMessage, ...]})
+    if isinstance(update, dict):
+        for item in reversed(update.get("messages") or []):
+            if isinstance(item, ToolMessage):
+                return _result_from(item)
+    return None
+
+
+def _last_human_text(messages: Sequence[AnyMessage]) -> str | None:
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            return _text(message.content)
+    return None
+
+
+class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
+    """Runs a `Guard` inside a LangChain v1 agent (and, through its helpers, inside any StateGraph).
+
+    ``on_repair(decision, state, runtime)`` is called when the end-of-run verdict is ``repair``
+    (intervene mode, a blocking finding); what it returns is merged into the final state update.
+    ``on_decision(decision)`` sees every non-allow decision (for logging or a UI).
+    ``stop_on_alarm=True`` ends the run (``jump_to="end"``) when the step monitor raises an alarm.
+    """
+
+    state_schema = GuardedAgentState
+
+    def __init__(
+        self,
+        guard: Guard,
+        *,
+        on_repair: RepairCallback | None = None,
+        on_decision: DecisionCallback | None = None,
+        stop_on_alarm: bool = False,
+        cwd: str | None = None,
+        framework: str = "langgraph",
+    ) -> None:
+        super().__init__()
+        self.guard = guard
+        self.on_repair = on_repair
+        self.on_decision = on_decision
+        self.stop_on_alarm = stop_on_alarm
+        self.cwd = cwd
+        self.framework = framework
+        self._runs: dict[str, _Run] = {}
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- episodes
+    def _start(self, messages: Sequence[AnyMessage], episode_id: str | None = None) -> str:
+        episode_id = episode_id or uuid.uuid4().hex
+        try:
+            self.guard.start_episode(episode_id, task=_last_human_text(messages), framework=self.framework)
+        except GuardError:
+            pass  # already running (a resumed thread): keep feeding the same episode
+        with self._lock:
+            self._runs.setdefault(episode_id, _Run(start=len(messages)))
+        return episode_id
+
+    def _episode(self, state: Any, config: Any = None) -> str:
+        """This run's episode id: from the agent state, else the thread id; started lazily when unknown."""
+        episode_id = state.get("guardrail_episode") if isinstance(state, dict) else None
+        if not episode_id:
+            if config is None:
+                try:
+                    config = get_config()
+                except RuntimeError:
+                    config = {}
+            configurable = (config or {}).get("configurable") or {}
+            episode_id = configurable.get("guardrail_episode") or configurable.get("thread_id")
+        messages = state.get("messages", []) if isinstance(state, dict) else []
+        if episode_id and episode_id in self.guard.running_episodes:
+            with self._lock:
+                if episode_id in self._runs:
+                    return str(episode_id)
+        # Unknown here: a hand-built graph (no before_agent) or a new process resuming a thread.
+        start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1) + 1
+        episode_id = self._start(messages[:start], str(episode_id) if episode_id else None)
+        return episode_id
+
+    def _ready_steps(self, episode_id: str, messages: Sequence[AnyMessage], *, final: bool) -> list[Step]:
+        """Steps not fed yet whose tool results are all in (all of them when the run is ending)."""
+        with self._lock:
+            run = self._runs.get(episode_id)
+            if run is None:
+                return []
+            replies = [m for m in messages[run.start:] if isinstance(m, ToolMessage)]
+            answered = {m.tool_call_id for m in replies}
+            steps = []
+            for message in messages[run.start:]:
+                if not isinstance(message, AIMessage) or (message.id and message.id in run.fed):
+                    continue
+                missing = [c for c in message.tool_calls if c.get("id") not in answered]
+                if missing and not final:
+                    break  # keep order: a later turn is never fed before an earlier one
+                run.fed.add(message.id or uuid.uuid4().hex)
+                steps.append(step_from_messages(0, message, replies))
+        return steps
+
+    def _step_index(self, episode_id: str) -> int:
+        try:
+            return self.guard.context(episode_id).step_index
+        except GuardError:
+            return 0
+
+    def _notify(self, decision: Decision) -> Decision:
+        if decision.verdict is not Verdict.ALLOW and self.on_decision is not None:
+            try:
+                self.on_decision(decision)
+            except Exception:  # noqa: BLE001 - a user callback must not crash the agent either
+                pass
+        return decision
+
+    def _feed(self, episode_id: str, messages: Sequence[AnyMessage], *, final: bool) -> list[Decision]:
+        decisions = []
+        for step in self._ready_steps(episode_id, messages, final=final):
+            step.index = self._step_index(episode_id)
+            decisions.append(self._notify(safe_decision("on_step", partial(self.guard.on_step, episode_id, step))))
+        return decisions
+
+    async def _afeed(self, episode_id: str, messages: Sequence[AnyMessage], *, final: bool) -> list[Decision]:
+        decisions = []
+        for step in self._ready_steps(episode_id, messages, final=final):
+            step.index = self._step_index(episode_id)
+            decision = await asafe_decision("on_step", partial(self.guard.aon_step, episode_id, step))
+            decisions.append(self._notify(decision))
+        return decisions
+
+    def _alarm_update(self, decisions: list[Decision]) -> dict[str, Any] | None:
+        if self.stop_on_alarm and any(d.verdict in (Verdict.ALARM, Verdict.REPAIR) for d in decisions):
+            return {"jump_to": "end"}
+        return None
+
+    def _finish_update(self, decision: Decision, episode_id: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"guardrail_episode": episode_id, "guardrail_findings": findings,
+                "guardrail_verdict": decision.verdict.value}
+
+    def _findings_of(self, episode_id: str) -> list[dict[str, Any]]:
+        try:
+            ctx = self.guard.context(episode_id)
+        except GuardError:
+            return []
+        with ctx.lock:
+            return [f.model_dump(mode="json", exclude_defaults=True) for f in ctx.findings]
+
+    def _forget(self, episode_id: str) -> None:
+        with self._lock:
+            self._runs.pop(episode_id, None)
+
+    # ----------------------------------------------------------------- agent hooks
+    def before_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        messages = state.get("messages", [])
+        return {"guardrail_episode": self._start(messages), "guardrail_findings": [], "guardrail_verdict": None}
+
+    async def abefore_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        episode_id = self._episode(state)
+        return self._alarm_update(self._feed(episode_id, state.get("messages", []), final=False))
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        episode_id = self._episode(state)
+        return self._alarm_update(await self._afeed(episode_id, state.get("messages", []), final=False))
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        episode_id = self._episode(state)
+        return self._alarm_update(self._feed(episode_id, state.get("messages", []), final=False))
+
+    @hook_config(can_jump_to=["end"])
+    async def aafter_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        episode_id = self._episode(state)
+        return self._alarm_update(await self._afeed(episode_id, state.get("messages", []), final=False))
+
+    def after_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        episode_id = self._episode(state)
+        messages = state.get("messages", [])
+        self._feed(episode_id, messages, final=True)
+        findings_before = self._findings_of(episode_id)
+        decision = self._notify(safe_decision("on_finish", lambda: self.guard.on_finish(episode_id)))
+        self._forget(episode_id)
+        findings = findings_before + [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
+        update = self._finish_update(decision, episode_id, findings)
+        return {**update, **(self._repair(decision, state, runtime) or {})}
+
+    async def aafter_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        episode_id = self._episode(state)
+        messages = state.get("messages", [])
+        await self._afeed(episode_id, messages, final=True)
+        findings_before = self._findings_of(episode_id)
+        decision = self._notify(await asafe_decision("on_finish", lambda: self.guard.aon_finish(episode_id)))
+        self._forget(episode_id)
+        findings = findings_before + [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
+        update = self._finish_update(decision, episode_id, findings)
+        return {**update, **(self._repair(decision, state, runtime) or {})}
+
+    def _repair(self, decision: Decision, state: Any, runtime: Any) -> dict[str, Any] | None:
+        if decision.verdict is not Verdict.REPAIR or self.on_repair is None:
+            return None
+        try:
+            return self.on_repair(decision, state, runtime)
+        except Exception:  # noqa: BLE001 - a failed repair leaves the run as it was
+            return None
+
+    # ----------------------------------------------------------------- tool calls
+    def _action(self, request: ToolCallRequest) -> Action:
+        call = request.tool_call
+        return action_from_call(call["name"], call.get("args"), call.get("id"), cwd=self.cwd)
+
+    def _config_of(self, request: ToolCallRequest) -> Any:
+        return getattr(request.runtime, "config", None)
+
+    @staticmethod
+    def _blocked_message(request: ToolCallRequest, decision: Decision, output: str | None = None) -> ToolMessage:
+        warning = decision.message() or "blocked by guardrail"
+        content = warning if output is None else f"{output}\n\n{warning}"
+        return ToolMessage(
+            content=content,
+            tool_call_id=request.tool_call.get("id") or "",
+            name=request.tool_call["name"],
+            status="error",
+            artifact={"guardrail": decision.model_dump(mode="json")},
+        )
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Any],
+    ) -> Any:
+        """Gate the call; if allowed run it and check what came back."""
+        episode_id = self._episode(request.state, self._config_of(request))
+        action = self._action(request)
+        decision = self._notify(safe_decision("before_action", lambda: self.guard.before_action(episode_id, action)))
+        if decision.blocked:
+            return self._blocked_message(request, decision)
+        try:
+            reply = handler(request)
+        except Exception as exc:
+            failed = Result(output=f"{type(exc).__name__}: {exc}", is_error=True, call_id=action.call_id)
+            safe_decision("after_result", lambda: self.guard.after_result(episode_id, action, failed))
+            raise
+        result = _result_from(reply)
+        if result is None:
+            return reply
+        after = self._notify(safe_decision("after_result", lambda: self.guard.after_result(episode_id, action, result)))
+        if after.blocked:
+            return self._blocked_message(request, after, output=result.output)
+        return reply
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[Any]],
+    ) -> Any:
+        episode_id = self._episode(request.state, self._config_of(request))
+        action = self._action(request)
+        decision = self._notify(
+            await asafe_decision("before_action", lambda: self.guard.abefore_action(episode_id, action)))
+        if decision.blocked:
+            return self._blocked_message(request, decision)
+        try:
+            reply = await handler(request)
+        except Exception as exc:
+            failed = Result(output=f"{type(exc).__name__}: {exc}", is_error=True, call_id=action.call_id)
+            await asafe_decision("after_result", lambda: self.guard.aafter_result(episode_id, action, failed))
+            raise
+        result = _result_from(reply)
+        if result is None:
+            return reply
+        after = self._notify(
+            await asafe_decision("after_result", lambda: self.guard.aafter_result(episode_id, action, result)))
+        if after.blocked:
+            return self._blocked_message(request, after, output=result.output)
+        return reply
+
+    # ----------------------------------------------------------------- hand-built StateGraph helpers
+    def tool_node(self, tools: Sequence[Any], **kwargs: Any) -> ToolNode:
+        """A `ToolNode` whose every call goes through this guard's gate and result checks."""
+        return ToolNode(tools, wrap_tool_call=self.wrap_tool_call, awrap_tool_call=self.awrap_tool_call, **kwargs)
+
+    def observe_node(self, state: Any, config: Any = None) -> dict[str, Any]:
+        """A graph node (put it after the model node) that feeds the new steps to the guard."""
+        episode_id = self._episode(state, config)
+        decisions = self._feed(episode_id, state.get("messages", []), final=False)
+        alarm = any(d.verdict in (Verdict.ALARM, Verdict.REPAIR) for d in decisions)
+        return {"guardrail_alarm": True} if alarm and "guardrail_alarm" in state else {}
+
+    def finish_node(self, state: Any, config: Any = None) -> dict[str, Any]:
+        """A graph node (put it before END) that closes the episode and runs the end-of-run verifiers."""
+        episode_id = self._episode(state, config)
+        self._feed(episode_id, state.get("messages", []), final=True)
+        decision = self._notify(safe_decision("on_finish", lambda: self.guard.on_finish(episode_id)))
+        self._forget(episode_id)
+        repaired = self._repair(decision, state, None) or {}
+        return repaired
+
+    def context(self, episode_id: str) -> EpisodeContext:
+        """The guard's context of a running episode (for tests and callbacks)."""
+        return self.guard.context(episode_id)
