@@ -26,6 +26,7 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import OmitFromInput, hook_config
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -391,14 +392,16 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         """A `ToolNode` whose every call goes through this guard's gate and result checks."""
         return ToolNode(tools, wrap_tool_call=self.wrap_tool_call, awrap_tool_call=self.awrap_tool_call, **kwargs)
 
-    def observe_node(self, state: Any, config: Any = None) -> dict[str, Any]:
-        """A graph node (put it after the model node) that feeds the new steps to the guard."""
-        episode_id = self._episode(state, config)
-        decisions = self._feed(episode_id, state.get("messages", []), final=False)
-        alarm = any(d.verdict in (Verdict.ALARM, Verdict.REPAIR) for d in decisions)
-        return {"guardrail_alarm": True} if alarm and "guardrail_alarm" in state else {}
+    def observe_node(self, state: Any, config: RunnableConfig | None = None) -> dict[str, Any]:
+        """A graph node (put it after the model node) that feeds the new steps to the guard.
 
-    def finish_node(self, state: Any, config: Any = None) -> dict[str, Any]:
+        Decisions go to ``on_decision``; the node changes no state, so it fits any messages graph.
+        """
+        episode_id = self._episode(state, config)
+        self._feed(episode_id, state.get("messages", []), final=False)
+        return {}
+
+    def finish_node(self, state: Any, config: RunnableConfig | None = None) -> dict[str, Any]:
         """A graph node (put it before END) that closes the episode and runs the end-of-run verifiers."""
         episode_id = self._episode(state, config)
         self._feed(episode_id, state.get("messages", []), final=True)
