@@ -348,9 +348,17 @@ def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[Cor
 
 
 # --------------------------------------------------------------------------- writing
+def _step_line(step: Step) -> str:
+    try:
+        return step.model_dump_json(exclude_defaults=True)
+    except ValueError:
+        # Lone surrogates cannot be encoded as UTF-8; ASCII-escaped JSON keeps them losslessly.
+        return json.dumps(step.model_dump(mode="python", exclude_defaults=True), ensure_ascii=True, default=str)
+
+
 def episode_jsonl(episode: Episode) -> str:
     """An episode's steps as JSONL text (defaults left out to keep corpora small)."""
-    return "".join(step.model_dump_json(exclude_defaults=True) + "\n" for step in episode.steps)
+    return "".join(_step_line(step) + "\n" for step in episode.steps)
 
 
 def _safe_file_name(episode_id: str) -> str:
