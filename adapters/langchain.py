@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, Optional
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import OmitFromInput, hook_config
@@ -392,7 +392,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         """A `ToolNode` whose every call goes through this guard's gate and result checks."""
         return ToolNode(tools, wrap_tool_call=self.wrap_tool_call, awrap_tool_call=self.awrap_tool_call, **kwargs)
 
-    def observe_node(self, state: Any, config: RunnableConfig | None = None) -> dict[str, Any]:
+    def observe_node(self, state: Any, config: Optional[RunnableConfig] = None) -> dict[str, Any]:  # noqa: UP045 - LangGraph matches this text
         """A graph node (put it after the model node) that feeds the new steps to the guard.
 
         Decisions go to ``on_decision``; the node changes no state, so it fits any messages graph.
@@ -401,7 +401,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         self._feed(episode_id, state.get("messages", []), final=False)
         return {}
 
-    def finish_node(self, state: Any, config: RunnableConfig | None = None) -> dict[str, Any]:
+    def finish_node(self, state: Any, config: Optional[RunnableConfig] = None) -> dict[str, Any]:  # noqa: UP045 - LangGraph matches this text
         """A graph node (put it before END) that closes the episode and runs the end-of-run verifiers."""
         episode_id = self._episode(state, config)
         self._feed(episode_id, state.get("messages", []), final=True)
