@@ -1,0 +1,71 @@
+"""Execution-grounded self-consistency: tell fabricated tool arguments from nondeterministic tools.
+
+Sample N plans for a step, run each in one sandbox epoch, and compare the canonical arguments
+and the results as two separate signals (seed record 001). A plan is rejected as hallucinated
+only when its arguments disagree on a tool whose determinism a start-up probe verified; a
+plan whose arguments agree but whose results do not is deferred and its tool quarantined.
+
+    registry = DeterminismRegistry([ToolSchema("get_order", deterministic=True, probe_args={"id": 1})])
+    registry.probe(runner, epoch="snap-1")
+    gate = ConsistencyGate(registry)
+    verdict = gate.evaluate(samples)  # or gate.gate_or_raise(samples) to raise HallucinationGateError
+    guard = Guard([SelfConsistencyLayer(gate)])
+"""
+
+from guardrail.consistency.canonical import (
+    CanonicalizationError,
+    CanonicalLimits,
+    canonical_args,
+    canonical_bytes,
+    canonical_result,
+    canonicalize,
+)
+from guardrail.consistency.decision import (
+    NOT_RUN,
+    ConsistencyGate,
+    GateThresholds,
+    PlanDecision,
+    PlanSample,
+    PlanVerdict,
+    classify_plan,
+    pairwise_agreement,
+)
+from guardrail.consistency.errors import ConsistencyError, EpochNotFixedError, HallucinationGateError
+from guardrail.consistency.layer import SelfConsistencyLayer
+from guardrail.consistency.registry import (
+    DeterminismRegistry,
+    DeterminismStatus,
+    EpochSource,
+    ProbeOutcome,
+    ToolRunner,
+    ToolSchema,
+    read_epoch,
+)
+
+__all__ = [
+    "NOT_RUN",
+    "CanonicalLimits",
+    "CanonicalizationError",
+    "ConsistencyError",
+    "ConsistencyGate",
+    "DeterminismRegistry",
+    "DeterminismStatus",
+    "EpochNotFixedError",
+    "EpochSource",
+    "GateThresholds",
+    "HallucinationGateError",
+    "PlanDecision",
+    "PlanSample",
+    "PlanVerdict",
+    "ProbeOutcome",
+    "SelfConsistencyLayer",
+    "ToolRunner",
+    "ToolSchema",
+    "canonical_args",
+    "canonical_bytes",
+    "canonical_result",
+    "canonicalize",
+    "classify_plan",
+    "pairwise_agreement",
+    "read_epoch",
+]

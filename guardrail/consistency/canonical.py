@@ -1,0 +1,192 @@
+"""Canonical forms of tool arguments and results, so agreement counts meaning and not surface form."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import unicodedata
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CanonicalLimits",
+    "CanonicalizationError",
+    "canonical_args",
+    "canonical_bytes",
+    "canonical_result",
+    "canonicalize",
+]
+
+# Floats with an integral value below this magnitude are written as integers: 1, 1.0 and 1e0
+# are the same argument. Above 2**53 a float no longer names one integer, so it stays a float.
+_EXACT_INT_FLOAT = 2.0**53
+
+
+class CanonicalizationError(ValueError):
+    """A value cannot be put in canonical form (too large, too deep, or of a type JSON cannot carry)."""
+
+
+@dataclass(frozen=True)
+class CanonicalLimits:
+    """Bounds on the work one canonicalization may do: samples come from a model and are untrusted."""
+
+    max_depth: int = 64
+    max_nodes: int = 200_000
+    max_chars: int = 4_000_000  # total characters across all strings and keys
+
+
+DEFAULT_LIMITS = CanonicalLimits()
+
+
+class _Walker:
+    """One canonicalization pass; counts nodes and characters against the limits."""
+
+    __slots__ = ("limits", "nodes", "chars", "unordered")
+
+    def __init__(self, unordered: frozenset[str], limits: CanonicalLimits) -> None:
+        self.limits = limits
+        self.unordered = unordered
+        self.nodes = 0
+        self.chars = 0
+
+    def text(self, value: str) -> str:
+        self.chars += len(value)
+        if self.chars > self.limits.max_chars:
+            raise CanonicalizationError(
+                f"value holds more than {self.limits.max_chars} characters; the gate does not compare it"
+            )
+        # NFC so a precomposed "é" and "e" + combining accent are one string.
+        return unicodedata.normalize("NFC", value)
+
+    def walk(self, value: Any, path: str, depth: int) -> Any:
+        self.nodes += 1
+        if self.nodes > self.limits.max_nodes:
+            raise CanonicalizationError(f"value has more than {self.limits.max_nodes} elements")
+        if depth > self.limits.max_depth:
+            raise CanonicalizationError(f"value is nested deeper than {self.limits.max_depth} levels at {path or '$'}")
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float):
+            return _canonical_float(value)
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                name = self.text(key if isinstance(key, str) else _key_text(key, path))
+                child = f"{path}.{name}" if path else name
+                if name in out:
+                    # Two keys that differ only in Unicode form collapse to one: keep neither silently.
+                    raise CanonicalizationError(f"duplicate key {name!r} after Unicode normalization at {path or '$'}")
+                out[name] = self.walk(item, child, depth + 1)
+            return out  # key order is settled by json.dumps(sort_keys=True)
+        if isinstance(value, list | tuple):
+            items = [self.walk(item, path + "[]", depth + 1) for item in value]
+            if path in self.unordered:
+                items.sort(key=_sort_key)
+            return items
+        if isinstance(value, Set):
+            # A set has no order by nature, whatever the schema says.
+            return sorted((self.walk(item, path + "[]", depth + 1) for item in value), key=_sort_key)
+        if isinstance(value, bytes | bytearray):
+            return {"$bytes": bytes(value).hex()}
+        if hasattr(value, "model_dump"):
+            return self.walk(value.model_dump(mode="json"), path, depth)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self.walk(dataclasses.asdict(value), path, depth)
+        raise CanonicalizationError(
+            f"cannot canonicalize a {type(value).__name__} at {path or '$'}: return JSON-like data "
+            "(dict, list, str, number, bool, None) from tools and models"
+        )
+
+
+def _key_text(key: Any, path: str) -> str:
+    if key is None or isinstance(key, bool | int | float):
+        # json.dumps writes such keys as strings too; match it so a dict and its JSON text agree.
+        return json.dumps(_canonical_float(key) if isinstance(key, float) else key)
+    raise CanonicalizationError(f"mapping key of type {type(key).__name__} at {path or '$'} is not JSON-like")
+
+
+def _canonical_float(value: float) -> Any:
+    if math.isnan(value) or math.isinf(value):
+        # JSON has no NaN/Infinity; tag them so they never equal the strings "NaN" or "Infinity".
+        return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if value == 0.0:
+        return 0  # -0.0 and 0.0 are the same argument
+    if value.is_integer() and abs(value) < _EXACT_INT_FLOAT:
+        return int(value)
+    return value  # repr() of a float is already its shortest round-tripping form
+
+
+def _sort_key(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonicalize(value: Any, *, unordered: frozenset[str] = frozenset(),
+                 limits: CanonicalLimits = DEFAULT_LIMITS) -> Any:
+    """`value` as plain JSON data in canonical form.
+
+    Strings are NFC-normalized, integral floats become integers, and lists at the paths in
+    `unordered` are sorted. A path names a field by its keys joined with ``.`` and a list's
+    elements with ``[]``: ``"tags"``, ``"filters.ids"``, ``"rows[].labels"``; ``""`` is the
+    value itself. Raises `CanonicalizationError` past `limits`.
+    """
+    return _Walker(unordered, limits).walk(value, "", 0)
+
+
+def canonical_bytes(value: Any, *, unordered: frozenset[str] = frozenset(),
+                    limits: CanonicalLimits = DEFAULT_LIMITS) -> bytes:
+    """The canonical form as UTF-8 JSON with sorted keys and no spaces: equal bytes mean equal values."""
+    data = canonicalize(value, unordered=unordered, limits=limits)
+    try:
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:  # e.g. an int with more digits than Python will print
+        raise CanonicalizationError(str(exc)) from exc
+    return text.encode("utf-8")
+
+
+def canonical_args(args: Any, *, unordered: frozenset[str] = frozenset(),
+                   limits: CanonicalLimits = DEFAULT_LIMITS) -> bytes:
+    """Canonical bytes of a tool call's arguments; a JSON string is parsed first (models often emit one)."""
+    if isinstance(args, str):
+        parsed = _parse_json_text(args, limits)
+        if parsed is not _NOT_JSON:
+            args = parsed
+    return canonical_bytes(args, unordered=unordered, limits=limits)
+
+
+def canonical_result(result: Any, *, unordered: frozenset[str] = frozenset(),
+                     limits: CanonicalLimits = DEFAULT_LIMITS) -> bytes:
+    """Canonical bytes of a tool result.
+
+    Text that is a JSON object or array is compared as the data it holds; other text is
+    compared with line endings unified and trailing whitespace dropped, since transports
+    differ in both and neither is part of what the tool said.
+    """
+    if isinstance(result, str):
+        parsed = _parse_json_text(result, limits)
+        if parsed is _NOT_JSON:
+            lines = result.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            result = "\n".join(line.rstrip() for line in lines).rstrip("\n")
+        else:
+            result = parsed
+    return canonical_bytes(result, unordered=unordered, limits=limits)
+
+
+_NOT_JSON = object()
+
+
+def _parse_json_text(text: str, limits: CanonicalLimits) -> Any:
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return _NOT_JSON
+    if len(stripped) > limits.max_chars:
+        raise CanonicalizationError(f"JSON text longer than {limits.max_chars} characters")
+    try:
+        return json.loads(stripped)
+    except (json.JSONDecodeError, RecursionError):
+        return _NOT_JSON
