@@ -38,9 +38,11 @@ class DaskEngine:
         self._cluster: Any = None
         if address is None:
             n_workers = workers or os.cpu_count() or 1
-            # No dashboard: it needs bokeh and a port, and batch commands have nobody to look at it.
+            # No dashboard (batch commands have nobody to look at it), and the scheduler's small HTTP
+            # server on a free loopback port rather than 8787, which another cluster may hold.
             self._cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes,
-                                         dashboard_address=None, silence_logs=logging.ERROR)
+                                         host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                         scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR)
             self._client: Any = Client(self._cluster, set_as_default=False)
         else:
             try:
