@@ -1,0 +1,468 @@
+"""The online repair API: run an agent under the Guard and, on a live alarm or failed check, roll back and re-run it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from guardrail import telemetry as tm
+from guardrail.events import Action, Finding, Result, Severity, Step
+from guardrail.guard import Guard
+from guardrail.layer import EpisodeContext
+from repair.breaker import BreakerRun, CircuitBreaker, Trip
+from repair.checkpoints import AutoGenRun, AutoGenStepLog, LangGraphCheckpoints, steps_from_messages
+from repair.escalation import ESCALATED_CHECKS, Escalation, EscalationHandler, escalation_for, log_escalation
+from repair.rungs import Hint, Rung, RungNotApplicable, make_hint, to_autogen_message, to_langchain_message
+from repair.target import flagged_step, rollback_step
+
+__all__ = [
+    "REPAIR_SPAN",
+    "RepairAttempt",
+    "RepairOutcome",
+    "Repairer",
+    "is_flag",
+]
+
+REPAIR_SPAN = "guardrail.repair"
+# Span attributes of a repair attempt (our own names, next to the guard's other guardrail.* attributes).
+REPAIR_RUNG = "guardrail.repair.rung"
+REPAIR_ATTEMPT = "guardrail.repair.attempt"
+REPAIR_TARGET_STEP = "guardrail.repair.target_step"
+REPAIR_FLAGGED_STEP = "guardrail.repair.flagged_step"
+REPAIR_EXTRA_MODEL_CALLS = "guardrail.repair.extra_model_calls"
+REPAIR_OUTCOME = "guardrail.repair.outcome"
+REPAIR_CHECKPOINT_ID = "guardrail.repair.checkpoint_id"
+
+AttemptOutcome = Literal["passed", "still_flagged", "halted", "not_applicable", "error", "logged"]
+RunOutcome = Literal["clean", "repaired", "unrepaired", "halted", "escalated", "logged"]
+
+
+def is_flag(finding: Finding) -> bool:
+    """A finding that asks for repair: blocking (a failed check or a blocked call) or a monitor alarm."""
+    return finding.blocking or finding.severity is Severity.ALARM
+
+
+@dataclass
+class RepairAttempt:
+    """One rollback and re-run."""
+
+    attempt: int
+    rung: str
+    hint: str | None
+    target_step: int
+    flagged_step: int | None
+    outcome: AttemptOutcome
+    extra_model_calls: int = 0
+    checkpoint_id: str | None = None  # LangGraph: the checkpoint the fork starts from
+    fork_config: dict[str, Any] | None = None
+    findings: list[Finding] = field(default_factory=list)  # what the checks said about the fork
+    answer: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class RepairOutcome:
+    """What the application gets back: the answer to deliver (None when no run passed its checks) and why."""
+
+    outcome: RunOutcome
+    answer: str | None
+    original_answer: str | None
+    steps: list[Step]  # the delivered branch (the original when no fork passed)
+    findings: list[Finding]  # the flags on the original run
+    attempts: list[RepairAttempt] = field(default_factory=list)
+    escalation: Escalation | None = None
+    trip: Trip | None = None
+    config: dict[str, Any] | None = None  # LangGraph: config of the delivered branch's head checkpoint
+    autogen_run: AutoGenRun | None = None  # AutoGen: the delivered run with its saved states
+
+    @property
+    def extra_model_calls(self) -> int:
+        return sum(a.extra_model_calls for a in self.attempts)
+
+
+class _Watch:
+    """Feeds completed steps of one run (or fork) to a Guard episode and to the breaker, as they happen."""
+
+    def __init__(self, guard: Guard, ctx: EpisodeContext, breaker_run: BreakerRun | None, *, count_from: int,
+                 stop_on_flag: bool) -> None:
+        self.guard = guard
+        self.ctx = ctx
+        self.breaker_run = breaker_run
+        self.count_from = count_from  # steps before this index are a reused prefix: the breaker does not count them
+        self.stop_on_flag = stop_on_flag
+        self.fed = 0
+        self.trip: Trip | None = None
+        self.flagged = False
+
+    def feed(self, steps: Sequence[Step]) -> bool:
+        """Feed the steps not yet fed whose tool results have all arrived; True when the run must stop now."""
+        while self.fed < len(steps):
+            step = steps[self.fed]
+            if any(event.result is None for event in step.tool_events):
+                break  # its tools have not returned yet
+            self._feed_one(step)
+            self.fed += 1
+            if self.breaker_run is not None and step.index >= self.count_from:
+                self.trip = self.breaker_run.observe(step)
+                if self.trip is not None:
+                    return True
+            if self.flagged and self.stop_on_flag:
+                return True
+        return False
+
+    def _feed_one(self, step: Step) -> None:
+        findings: list[Finding] = []
+        for event in step.tool_events:
+            args = event.args if isinstance(event.args, dict) else {"raw": event.args}
+            action = Action.tool_call(event.name, args, call_id=event.id or None)
+            findings += self.guard.before_action(self.ctx, action).findings
+            result = Result(output=event.result or "", is_error=event.is_error, call_id=event.id or None,
+                            truncated=event.result_truncated)
+            findings += self.guard.after_result(self.ctx, action, result).findings
+        findings += self.guard.on_step(self.ctx, step).findings
+        if any(is_flag(f) for f in findings):
+            self.flagged = True
+
+    def finish(self, answer: str | None) -> list[Finding]:
+        """Close the Guard episode (end-of-run checks) and return every flag it raised."""
+        self.guard.on_finish(self.ctx, answer=answer)
+        return [f for f in self.ctx.findings if is_flag(f)]
+
+
+def _answer(steps: Sequence[Step]) -> str | None:
+    return steps[-1].text if steps and steps[-1].is_final else None
+
+
+def _judge(attempt: RepairAttempt, watch: _Watch, fork_steps: list[Step], target: int) -> None:
+    attempt.extra_model_calls = max(0, len(fork_steps) - target)
+    answer = None if watch.trip else _answer(fork_steps)
+    attempt.findings = watch.finish(answer)
+    attempt.answer = answer
+    if watch.trip is not None:
+        attempt.outcome = "halted"
+    elif answer is not None and not attempt.findings:
+        attempt.outcome = "passed"
+    else:
+        attempt.outcome = "still_flagged"
+
+
+class _Session:
+    """The repair ladder for one flagged run, shared by the LangGraph and AutoGen drivers."""
+
+    def __init__(self, repairer: Repairer, episode_id: str, findings: list[Finding], original_steps: list[Step],
+                 breaker_run: BreakerRun | None, tools: Collection[str]) -> None:
+        self.repairer = repairer
+        self.episode_id = episode_id
+        self.findings = findings
+        self.current = findings
+        self.original_steps = original_steps
+        self.breaker_run = breaker_run
+        self.tools = tools
+        self.attempts: list[RepairAttempt] = []
+        self.flagged = flagged_step(findings)
+        # Every attempt forks from the same checkpoint, so attempts are paired on one prefix.
+        self.target = rollback_step(original_steps, self.flagged, fact_tools=repairer.fact_tools)
+        self.trip: Trip | None = None
+        self.not_applicable = False
+
+    def next_hint(self) -> Hint | None:
+        """The next attempt's hint, or None when the ladder is over (breaker tripped or rung not applicable)."""
+        if self.breaker_run is not None:
+            self.trip = self.breaker_run.start_attempt()
+            if self.trip is not None:
+                return None
+        if len(self.attempts) >= self.repairer.max_attempts:
+            return None
+        try:
+            return make_hint(self.repairer.rung, self.current, attempt=len(self.attempts), tools=self.tools,
+                             calculator=self.repairer.calculator)
+        except RungNotApplicable as exc:
+            self._record(RepairAttempt(attempt=len(self.attempts), rung=self.repairer.rung, hint=None,
+                                       target_step=self.target, flagged_step=self.flagged,
+                                       outcome="not_applicable", error=str(exc)))
+            self.not_applicable = True
+            return None
+
+    def start_span(self, hint: Hint) -> Span:
+        span = self.repairer.tracer.start_span(REPAIR_SPAN)
+        span.set_attribute(tm.GEN_AI_CONVERSATION_ID, self.episode_id)
+        span.set_attribute(REPAIR_RUNG, hint.rung)
+        span.set_attribute(REPAIR_ATTEMPT, len(self.attempts))
+        span.set_attribute(REPAIR_TARGET_STEP, self.target)
+        if self.flagged is not None:
+            span.set_attribute(REPAIR_FLAGGED_STEP, self.flagged)
+        return span
+
+    def end_span(self, span: Span, attempt: RepairAttempt, exc: BaseException | None = None) -> None:
+        span.set_attribute(REPAIR_EXTRA_MODEL_CALLS, attempt.extra_model_calls)
+        span.set_attribute(REPAIR_OUTCOME, attempt.outcome)
+        if attempt.checkpoint_id:
+            span.set_attribute(REPAIR_CHECKPOINT_ID, attempt.checkpoint_id)
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+        span.end()
+        self._record(attempt)
+
+    def _record(self, attempt: RepairAttempt) -> None:
+        self.attempts.append(attempt)
+        if attempt.outcome == "still_flagged" and attempt.findings:
+            self.current = attempt.findings
+
+    def conclude(self, original_answer: str | None) -> RepairOutcome:
+        passed = next((a for a in self.attempts if a.outcome == "passed"), None)
+        halted = next((a for a in self.attempts if a.outcome == "halted"), None)
+        trip = self.trip
+        escalation = None
+        if passed is not None:
+            outcome: RunOutcome = "repaired"
+        elif trip is not None or halted is not None:
+            outcome = "halted"
+            reason = trip.reason if trip is not None else "repair_exhausted"
+            escalation = Escalation(episode_id=self.episode_id, reason=reason,  # type: ignore[arg-type]
+                                    message=trip.message if trip else "repair ended by the circuit breaker",
+                                    step=trip.step if trip else self.flagged, findings=self.current,
+                                    attempts=len(self.attempts))
+        else:
+            outcome = "unrepaired"
+        result = RepairOutcome(outcome=outcome, answer=passed.answer if passed else None,
+                               original_answer=original_answer, steps=self.original_steps,
+                               findings=self.findings, attempts=self.attempts, escalation=escalation, trip=trip)
+        if escalation is not None:
+            self.repairer.on_escalate(escalation)
+        return result
+
+
+class Repairer:
+    """Runs an agent under a Guard and repairs a flagged run from the framework's own checkpoints.
+
+    In ``intervene`` mode a live alarm stops the run at once, and a failed end-of-run check
+    holds the answer back; either way the run is rolled back to the last fact-gathering step
+    before the flagged step and re-run under `rung` (``adaptive`` by default) until a fork
+    passes every check, the circuit breaker trips, or `max_attempts` is spent. Contract
+    violations are escalated to `on_escalate` and never retried. In ``report`` mode nothing is
+    re-run: the would-be repair is logged as a ``guardrail.repair`` span with outcome ``logged``.
+    """
+
+    def __init__(
+        self,
+        guard: Guard,
+        *,
+        rung: Rung = "adaptive",
+        breaker: CircuitBreaker | None = CircuitBreaker(),  # noqa: B008 - configuration only, no state
+        max_attempts: int = 2,
+        on_escalate: EscalationHandler = log_escalation,
+        fact_tools: Collection[str] | None = None,
+        calculator: str = "calculator",
+        escalated_checks: Collection[str] = ESCALATED_CHECKS,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        self.guard = guard
+        self.rung: Rung = rung
+        self.breaker = breaker  # None: no breaker (attempts still end at max_attempts)
+        self.max_attempts = max_attempts
+        self.on_escalate = on_escalate
+        self.fact_tools = fact_tools
+        self.calculator = calculator
+        self.escalated_checks = escalated_checks
+        self.tracer = tracer or tm.get_tracer()
+
+    @property
+    def intervening(self) -> bool:
+        return self.guard.mode == "intervene"
+
+    def _new_context(self, episode_id: str, task: str | None, framework: str, tools: Collection[str]) -> EpisodeContext:
+        return self.guard.start_episode(episode_id, task=task, framework=framework, tools=tools)
+
+    def _before_repair(self, episode_id: str, flags: list[Finding], steps: list[Step], trip: Trip | None,
+                       answer: str | None) -> RepairOutcome | None:
+        """The outcome when no fork should run (clean, escalated, halted, or report mode); None to repair."""
+        if trip is not None:
+            halt = Escalation(episode_id=episode_id, reason=trip.reason,  # type: ignore[arg-type]
+                              message=trip.message, step=trip.step, findings=flags)
+            self.on_escalate(halt)
+            return RepairOutcome("halted", None, answer, steps, flags, escalation=halt, trip=trip)
+        if not flags:
+            return RepairOutcome("clean", answer, answer, steps, flags)
+        escalation = escalation_for(episode_id, flags, self.escalated_checks)
+        if escalation is not None:
+            self.on_escalate(escalation)
+            return RepairOutcome("escalated", None, answer, steps, flags, escalation=escalation)
+        if not self.intervening:
+            self._log_only(episode_id, flags, steps)
+            return RepairOutcome("logged", answer, answer, steps, flags)
+        return None
+
+    def _log_only(self, episode_id: str, flags: list[Finding], steps: list[Step]) -> None:
+        flagged = flagged_step(flags)
+        target = rollback_step(steps, flagged, fact_tools=self.fact_tools)
+        with self.tracer.start_as_current_span(REPAIR_SPAN) as span:
+            span.set_attribute(tm.GEN_AI_CONVERSATION_ID, episode_id)
+            span.set_attribute(REPAIR_RUNG, self.rung)
+            span.set_attribute(REPAIR_TARGET_STEP, target)
+            if flagged is not None:
+                span.set_attribute(REPAIR_FLAGGED_STEP, flagged)
+            span.set_attribute(REPAIR_EXTRA_MODEL_CALLS, 0)
+            span.set_attribute(REPAIR_OUTCOME, "logged")
+
+    # ------------------------------------------------------------------------- LangGraph
+    def run_langgraph(self, graph: Any, inputs: Any, config: dict[str, Any], *, task: str | None = None,
+                      tools: Collection[str] = (), messages_key: str = "messages") -> RepairOutcome:
+        """Run a checkpointed LangGraph graph on `inputs` under the Guard, repairing before the answer is returned."""
+        episode_id = str(config.get("configurable", {}).get("thread_id") or uuid.uuid4().hex)
+        breaker_run = self.breaker.new_run() if self.breaker else None
+        ctx = self._new_context(f"{episode_id}:{uuid.uuid4().hex[:8]}", task, "langgraph", tools)
+        watch = _Watch(self.guard, ctx, breaker_run, count_from=0, stop_on_flag=self.intervening)
+        steps = self._stream_langgraph(graph, graph.stream(inputs, config, stream_mode="values"), config,
+                                       watch, messages_key)
+        answer = None if watch.trip else _answer(steps)
+        flags = watch.finish(answer)
+        early = self._before_repair(episode_id, flags, steps, watch.trip, answer)
+        if early is not None:
+            early.config = graph.get_state(config).config
+            return early
+        return self.repair_langgraph(graph, config, flags, tools=tools, task=task, messages_key=messages_key,
+                                     breaker_run=breaker_run, original_answer=answer)
+
+    def repair_langgraph(self, graph: Any, config: dict[str, Any], findings: Sequence[Finding], *,
+                         tools: Collection[str] = (), task: str | None = None, messages_key: str = "messages",
+                         breaker_run: BreakerRun | None = None, original_answer: str | None = None,
+                         rung: Rung | None = None) -> RepairOutcome:
+        """Repair an already flagged thread: fork from its checkpoint before the target step and re-run it.
+
+        The thread's current head is the original branch; it stays in the checkpointer unchanged.
+        """
+        checkpoints = LangGraphCheckpoints(graph, config, messages_key=messages_key)
+        original_steps = checkpoints.steps()
+        episode_id = checkpoints.thread_config["configurable"]["thread_id"]
+        if breaker_run is None and self.breaker is not None:
+            breaker_run = self.breaker.new_run()
+        repairer = self if rung is None else self._with_rung(rung)
+        session = _Session(repairer, str(episode_id), [f for f in findings if is_flag(f)] or list(findings),
+                           original_steps, breaker_run, tools)
+        while (hint := session.next_hint()) is not None:
+            span = session.start_span(hint)
+            ref = checkpoints.before_step(session.target)
+            attempt = RepairAttempt(attempt=len(session.attempts), rung=hint.rung, hint=hint.text,
+                                    target_step=session.target, flagged_step=session.flagged, outcome="error",
+                                    checkpoint_id=ref.checkpoint_id)
+            error: BaseException | None = None
+            try:
+                with trace.use_span(span, end_on_exit=False):
+                    fork_config = checkpoints.fork(ref, to_langchain_message(hint))
+                    attempt.fork_config = fork_config
+                    ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
+                                            task, "langgraph", tools)
+                    watch = _Watch(self.guard, ctx, breaker_run, count_from=session.target,
+                                   stop_on_flag=self.intervening)
+                    thread = checkpoints.thread_config
+                    watch.feed(steps_from_messages(checkpoints.messages(fork_config)))  # the reused prefix
+                    fork_steps = self._stream_langgraph(graph, checkpoints.resume(fork_config), thread, watch,
+                                                        messages_key)
+                    _judge(attempt, watch, fork_steps, session.target)
+                    session.trip = session.trip or watch.trip
+                    if attempt.outcome == "passed":
+                        attempt.fork_config = graph.get_state(thread).config
+            except Exception as exc:  # a fork that raises is a failed attempt; the original run is intact
+                error = exc
+                attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
+            session.end_span(span, attempt, error)
+            if attempt.outcome in ("passed", "halted"):
+                break
+        result = session.conclude(original_answer if original_answer is not None else _answer(original_steps))
+        passed = next((a for a in result.attempts if a.outcome == "passed"), None)
+        result.config = passed.fork_config if passed else checkpoints.head_config
+        return result
+
+    @staticmethod
+    def _stream_langgraph(graph: Any, updates: Any, config: dict[str, Any], watch: _Watch,
+                          messages_key: str) -> list[Step]:
+        """Drive a LangGraph stream, feeding each completed step to `watch`; stops the graph when told to."""
+        thread = {"configurable": {"thread_id": config["configurable"]["thread_id"]}}
+        steps: list[Step] = []
+        try:
+            for values in updates:
+                # The yielded state is complete for this superstep even before its checkpoint is readable.
+                if not isinstance(values, dict):
+                    continue
+                steps = steps_from_messages(values.get(messages_key, []))
+                if watch.feed(steps):
+                    break  # closing the generator stops the graph; what ran is checkpointed
+        finally:
+            close = getattr(updates, "close", None)
+            if close is not None:
+                close()
+        state = graph.get_state(thread)
+        return steps_from_messages(state.values.get(messages_key, []))
+
+    def _with_rung(self, rung: Rung) -> Repairer:
+        clone = Repairer(self.guard, rung=rung, breaker=self.breaker, max_attempts=self.max_attempts,
+                         on_escalate=self.on_escalate, fact_tools=self.fact_tools, calculator=self.calculator,
+                         escalated_checks=self.escalated_checks, tracer=self.tracer)
+        return clone
+
+    # ------------------------------------------------------------------------- AutoGen
+    async def arun_autogen(self, agent: Any, task: str, *, tools: Collection[str] = (),
+                           max_steps: int = 30) -> RepairOutcome:
+        """Run an AutoGen AssistantAgent step by step under the Guard (state saved per step), repairing on a flag."""
+        log = AutoGenStepLog(agent, max_steps=max_steps)
+        episode_id = f"{agent.name}:{uuid.uuid4().hex[:8]}"
+        breaker_run = self.breaker.new_run() if self.breaker else None
+        ctx = self._new_context(episode_id, task, "autogen", tools)
+        watch = _Watch(self.guard, ctx, breaker_run, count_from=0, stop_on_flag=self.intervening)
+        run = await log.run(task, on_step=lambda record, step: watch.feed(record.steps()))
+        steps = run.steps()
+        answer = None if watch.trip else run.answer
+        flags = watch.finish(answer)
+        early = self._before_repair(episode_id, flags, steps, watch.trip, answer)
+        if early is not None:
+            early.autogen_run = run
+            return early
+        return await self.arepair_autogen(log, run, flags, tools=tools, episode_id=episode_id,
+                                          breaker_run=breaker_run, original_answer=answer)
+
+    async def arepair_autogen(self, log: AutoGenStepLog, run: AutoGenRun, findings: Sequence[Finding], *,
+                              tools: Collection[str] = (), episode_id: str | None = None,
+                              breaker_run: BreakerRun | None = None, original_answer: str | None = None,
+                              rung: Rung | None = None) -> RepairOutcome:
+        """Repair a flagged AutoGen run: ``load_state`` the state before the target step and run onward."""
+        episode_id = episode_id or f"{log.agent.name}:{uuid.uuid4().hex[:8]}"
+        original_steps = run.steps()
+        if breaker_run is None and self.breaker is not None:
+            breaker_run = self.breaker.new_run()
+        repairer = self if rung is None else self._with_rung(rung)
+        session = _Session(repairer, episode_id, [f for f in findings if is_flag(f)] or list(findings),
+                           original_steps, breaker_run, tools)
+        delivered: AutoGenRun = run
+        while (hint := session.next_hint()) is not None:
+            span = session.start_span(hint)
+            attempt = RepairAttempt(attempt=len(session.attempts), rung=hint.rung, hint=hint.text,
+                                    target_step=session.target, flagged_step=session.flagged, outcome="error")
+            error: BaseException | None = None
+            try:
+                with trace.use_span(span, end_on_exit=False):
+                    ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
+                                            run.task, "autogen", tools)
+                    watch = _Watch(self.guard, ctx, breaker_run, count_from=session.target,
+                                   stop_on_flag=self.intervening)
+                    watch.feed(original_steps[: session.target])  # the reused prefix
+                    forked = await log.fork(run, session.target, to_autogen_message(hint),
+                                            on_step=lambda record, step, w=watch: w.feed(record.steps()))
+                    _judge(attempt, watch, forked.steps(), session.target)
+                    session.trip = session.trip or watch.trip
+                    if attempt.outcome == "passed":
+                        delivered = forked
+            except Exception as exc:  # a failed fork leaves the saved states of the original run as they were
+                error = exc
+                attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
+            session.end_span(span, attempt, error)
+            if attempt.outcome in ("passed", "halted"):
+                break
+        result = session.conclude(original_answer if original_answer is not None else run.answer)
+        result.autogen_run = delivered
+        return result
