@@ -1,1 +1,42 @@
-"""placeholder"""
+"""The testbed: real LangGraph and AutoGen agents driven by a seeded scripted policy over real tools, and its corpora.
+
+Public API (small on purpose):
+
+- ``make_task(seed, db=None, kinds=TASK_KINDS) -> Task``: a booking task with its ground truth.
+- ``Policy(seed, arithmetic_rate=..., skip_rate=..., hallucinate_rate=..., ...)``: the agent policy.
+- ``ScriptedChatModel(policy=policy)`` (LangChain) / ``ScriptedChatCompletionClient(policy)`` (AutoGen).
+- ``BookingDB()``, ``booking_tools(db, fault=None) -> ToolBox`` (``.langchain_tools()``, ``.autogen_tools()``).
+- ``run_langgraph_episode(task, policy, *, checkpointer=None, middleware=(), thread_id=None, toolbox=None)``
+  and ``run_autogen_episode(task, policy, *, workbench=None, toolbox=None)`` (``arun_autogen_episode`` in a loop)
+  return a ``guardrail.events.Episode``; ``build_langgraph_agent`` / ``build_autogen_agent`` give the agents.
+
+Submodules import the frameworks; import what you need from them (``from traces.agents import ...``).
+"""
+
+from traces.agents import (
+    arun_autogen_episode,
+    build_autogen_agent,
+    build_langgraph_agent,
+    run_autogen_episode,
+    run_langgraph_episode,
+)
+from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
+from traces.policy import Policy
+from traces.tasks import Task, make_task
+from traces.tools import BookingDB, ToolBox, booking_tools
+
+__all__ = [
+    "BookingDB",
+    "Policy",
+    "ScriptedChatCompletionClient",
+    "ScriptedChatModel",
+    "Task",
+    "ToolBox",
+    "arun_autogen_episode",
+    "booking_tools",
+    "build_autogen_agent",
+    "build_langgraph_agent",
+    "make_task",
+    "run_autogen_episode",
+    "run_langgraph_episode",
+]

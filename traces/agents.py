@@ -1,0 +1,216 @@
+"""Build and run the testbed's real agents: a LangChain v1 `create_agent` graph and an AutoGen `AssistantAgent`.
+
+Both run the same `Task` with the same `ToolBox` through their own machinery (tool binding,
+tool execution, message history; LangGraph checkpoints every super-step into the given
+checkpointer) and their run is turned into an `Episode` from the framework's own messages:
+LangChain ``AIMessage``/``ToolMessage`` or AutoGen ``ToolCallExecutionEvent``s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from guardrail.events import Episode, Step, StepKind, ToolEvent
+from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
+from traces.policy import Policy
+from traces.tasks import Task
+from traces.tools import ToolBox, ToolCallRecord, booking_tools
+
+__all__ = [
+    "SYSTEM_PROMPT",
+    "arun_autogen_episode",
+    "build_autogen_agent",
+    "build_langgraph_agent",
+    "episode_from_autogen",
+    "episode_from_langchain",
+    "match_tool_log",
+    "run_autogen_episode",
+    "run_langgraph_episode",
+]
+
+SYSTEM_PROMPT = ("You are a careful booking assistant. Call the tools for every figure you need, never guess, "
+                 "and finish with one line stating the total in USD.")
+
+
+def _tool_text(events: Sequence[ToolEvent]) -> str:
+    # The sentinel corpora's step text for a tool step: "[name({json args}) -> result]".
+    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True)}) -> {e.result}]" for e in events)
+
+
+def _step(index: int, content: str, events: list[ToolEvent], logprobs: list[float], model_latency: float | None,
+          output_tokens: int | None, task: Task) -> Step:
+    text = " ".join(part for part in (content.strip(), _tool_text(events)) if part)
+    tool_latency = sum(e.latency_s or 0.0 for e in events)
+    return Step(
+        index=index,
+        kind=StepKind.TOOL_CALL if events else StepKind.FINAL,
+        text=text,
+        tool_events=events,
+        token_logprobs=logprobs,
+        logprobs_available=bool(logprobs),
+        latency_s=None if model_latency is None else round(model_latency + tool_latency, 6),
+        output_tokens=output_tokens,
+        error=any(e.is_error for e in events),
+        task=task.prompt if index == 0 else None,
+    )
+
+
+def match_tool_log(episode: Episode, log: Sequence[ToolCallRecord]) -> list[tuple[int, ToolCallRecord]]:
+    """Pair each toolbox call with the step whose tool event it served (by name and arguments, in order).
+
+    A call the framework never executed (a guard blocked it) has a tool event but no log record.
+    """
+    unused = list(log)
+    pairs: list[tuple[int, ToolCallRecord]] = []
+    for step in episode.steps:
+        for event in step.tool_events:
+            for position, record in enumerate(unused):
+                if record.name == event.name and record.args == event.args:
+                    pairs.append((step.index, unused.pop(position)))
+                    break
+    return pairs
+
+
+def _episode(task: Task, steps: list[Step], *, framework: str, model: str, episode_id: str | None,
+             policy: Policy, meta: dict[str, Any]) -> Episode:
+    return Episode(
+        episode_id=episode_id or f"{framework}-{task.task_id}-{policy.seed}",
+        steps=steps,
+        task=task.prompt,
+        framework=framework,
+        model=model,
+        tools=list(task.tools),
+        meta={"seed": policy.seed, "task_id": task.task_id, "task_kind": task.kind,
+              "required_calls": task.required_counts, "expected_total": task.expected_total,
+              "ground_truth": task.ground_truth(), **meta},
+    )
+
+
+def _fill_latencies(steps: list[Step], log: Sequence[ToolCallRecord]) -> None:
+    unused = list(log)
+    for step in steps:
+        for event in step.tool_events:
+            for position, record in enumerate(unused):
+                if record.name == event.name and record.args == event.args:
+                    event.latency_s = round(unused.pop(position).latency_s, 6)
+                    break
+
+
+# --------------------------------------------------------------------------- LangGraph
+def build_langgraph_agent(task: Task, policy: Policy, *, toolbox: ToolBox, checkpointer: Any = None,
+                          middleware: Sequence[Any] = (), model: Any = None) -> Any:
+    """A LangChain v1 `create_agent` graph over the task's tools (an `InMemorySaver` when no checkpointer is given)."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return create_agent(model or ScriptedChatModel(policy=policy), tools=toolbox.langchain_tools(task.tools),
+                        system_prompt=SYSTEM_PROMPT, middleware=list(middleware),
+                        checkpointer=checkpointer if checkpointer is not None else InMemorySaver())
+
+
+def episode_from_langchain(messages: Sequence[BaseMessage], task: Task, policy: Policy, *,
+                           log: Sequence[ToolCallRecord] = (), episode_id: str | None = None,
+                           model: str = "scripted-policy", meta: dict[str, Any] | None = None) -> Episode:
+    """An `Episode` from a LangChain agent's message list: one step per AIMessage with the ToolMessages it got."""
+    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    steps: list[Step] = []
+    for message in messages:
+        if not isinstance(message, AIMessage):
+            continue
+        events = []
+        for call in message.tool_calls:
+            answer = results.get(call["id"] or "")
+            output = None if answer is None else str(answer.content)
+            events.append(ToolEvent(id=call["id"] or "", name=call["name"], args=dict(call["args"]), result=output,
+                                    result_chars=None if output is None else len(output),
+                                    is_error=answer is None or answer.status == "error"))
+        logprob_block = message.response_metadata.get("logprobs") or {}
+        logprobs = [float(t["logprob"]) for t in logprob_block.get("content") or []]
+        usage: dict[str, Any] = dict(message.usage_metadata or {})
+        content = message.content if isinstance(message.content, str) else str(message.content)
+        steps.append(_step(len(steps), content, events, logprobs, message.response_metadata.get("latency_s"),
+                           usage.get("output_tokens"), task))
+    _fill_latencies(steps, log)
+    return _episode(task, steps, framework="langgraph", model=model, episode_id=episode_id, policy=policy,
+                    meta=meta or {})
+
+
+def run_langgraph_episode(task: Task, policy: Policy, *, checkpointer: Any = None, middleware: Sequence[Any] = (),
+                          thread_id: str | None = None, toolbox: ToolBox | None = None,
+                          episode_id: str | None = None, model: Any = None) -> Episode:
+    """Run `task` through a real `create_agent` graph and return the episode (``meta["thread_id"]`` names the thread)."""
+    box = toolbox or booking_tools()
+    graph = build_langgraph_agent(task, policy, toolbox=box, checkpointer=checkpointer, middleware=middleware,
+                                  model=model)
+    thread = thread_id or f"{task.task_id}-{policy.seed}-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * policy.max_steps + 10}
+    state = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
+    model_name = getattr(model, "model_name", None) or "scripted-policy"
+    return episode_from_langchain(state["messages"], task, policy, log=box.log, episode_id=episode_id,
+                                  model=model_name, meta={"thread_id": thread})
+
+
+# --------------------------------------------------------------------------- AutoGen
+def build_autogen_agent(task: Task, policy: Policy, *, toolbox: ToolBox, workbench: Any = None,
+                        client: Any = None) -> tuple[Any, Any]:
+    """An AutoGen `AssistantAgent` over the task's tools (a `StaticWorkbench` when none is given), and its client."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_core.tools import StaticWorkbench
+
+    model_client = client or ScriptedChatCompletionClient(policy)
+    bench = workbench if workbench is not None else StaticWorkbench(toolbox.autogen_tools(task.tools))
+    agent = AssistantAgent("booking_agent", model_client=model_client, workbench=bench, system_message=SYSTEM_PROMPT,
+                           max_tool_iterations=policy.max_steps + 2, reflect_on_tool_use=False)
+    return agent, model_client
+
+
+def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletionClient, task: Task, policy: Policy, *,
+                         log: Sequence[ToolCallRecord] = (), episode_id: str | None = None,
+                         meta: dict[str, Any] | None = None) -> Episode:
+    """An `Episode` from an AutoGen run: one step per model reply, results from the ToolCallExecutionEvents."""
+    from autogen_agentchat.messages import ToolCallExecutionEvent
+
+    executed = {r.call_id: r for m in messages if isinstance(m, ToolCallExecutionEvent) for r in m.content}
+    steps: list[Step] = []
+    for result, latency in zip(client.results, client.latencies, strict=True):
+        logprobs = [float(lp.logprob) for lp in result.logprobs or []]
+        events = []
+        content = result.content if isinstance(result.content, str) else (result.thought or "")
+        if isinstance(result.content, list):
+            for call in result.content:
+                try:
+                    args = json.loads(call.arguments or "{}")
+                except json.JSONDecodeError:
+                    args = call.arguments
+                answer = executed.get(call.id)
+                output = None if answer is None else answer.content
+                events.append(ToolEvent(id=call.id, name=call.name, args=args, result=output,
+                                        result_chars=None if output is None else len(output),
+                                        is_error=answer is None or bool(answer.is_error)))
+        steps.append(_step(len(steps), content, events, logprobs, latency, result.usage.completion_tokens, task))
+    _fill_latencies(steps, log)
+    return _episode(task, steps, framework="autogen", model=client.model_name, episode_id=episode_id, policy=policy,
+                    meta=meta or {})
+
+
+async def arun_autogen_episode(task: Task, policy: Policy, *, workbench: Any = None, toolbox: ToolBox | None = None,
+                               episode_id: str | None = None) -> Episode:
+    """Run `task` through a real AutoGen `AssistantAgent` (async)."""
+    box = toolbox or booking_tools()
+    agent, client = build_autogen_agent(task, policy, toolbox=box, workbench=workbench)
+    result = await agent.run(task=task.prompt)
+    return episode_from_autogen(result.messages, client, task, policy, log=box.log, episode_id=episode_id,
+                                meta={"autogen_messages": len(result.messages)})
+
+
+def run_autogen_episode(task: Task, policy: Policy, *, workbench: Any = None, toolbox: ToolBox | None = None,
+                        episode_id: str | None = None) -> Episode:
+    """Run `task` through a real AutoGen `AssistantAgent` (blocking; use `arun_autogen_episode` inside an event loop)."""
+    return asyncio.run(arun_autogen_episode(task, policy, workbench=workbench, toolbox=toolbox,
+                                            episode_id=episode_id))

@@ -1,0 +1,220 @@
+"""Scripted chat models for LangChain and AutoGen, both driven by one `Policy` reading the real message history.
+
+`ScriptedChatModel` is a LangChain `BaseChatModel` (``bind_tools`` returns itself: the policy
+knows the tools from the task) returning real ``AIMessage``s with ``tool_calls``, token
+logprobs in ``response_metadata["logprobs"]`` (the OpenAI shape) and ``usage_metadata``.
+`ScriptedChatCompletionClient` is an AutoGen ``ChatCompletionClient`` returning
+``CreateResult``s with ``FunctionCall``s and ``logprobs``. Each turns the framework's
+messages into a `Transcript`, so the policy decides from exactly what the framework fed it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any
+
+from autogen_core import FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    ChatCompletionTokenLogprob,
+    CreateResult,
+    FunctionExecutionResultMessage,
+    ModelInfo,
+    RequestUsage,
+    UserMessage,
+)
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict, Field
+
+from traces.policy import CallResult, Policy, Reply, Transcript
+
+__all__ = ["ScriptedChatCompletionClient", "ScriptedChatModel", "transcript_from_autogen",
+           "transcript_from_langchain"]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # LangChain content blocks
+        return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content if b)
+    return str(content)
+
+
+# --------------------------------------------------------------------------- LangChain
+def transcript_from_langchain(messages: Sequence[BaseMessage]) -> Transcript:
+    """The policy's view of a LangChain message list (system messages are instructions, not the task)."""
+    transcript = Transcript(task_text="")
+    pending: dict[str, int] = {}
+    for message in messages:
+        if isinstance(message, HumanMessage):
+            if not transcript.task_text:
+                transcript.task_text = _text(message.content)
+            else:
+                transcript.hints.append(_text(message.content))
+        elif isinstance(message, AIMessage):
+            transcript.turns += 1
+            for call in message.tool_calls:
+                pending[call["id"] or ""] = len(transcript.calls)
+                transcript.calls.append(CallResult(call["id"] or "", call["name"], dict(call["args"]), None))
+        elif isinstance(message, ToolMessage):
+            position = pending.get(message.tool_call_id)
+            if position is not None:
+                made = transcript.calls[position]
+                transcript.calls[position] = CallResult(made.call_id, made.tool, made.args, _text(message.content),
+                                                        message.status == "error")
+    return transcript
+
+
+def _openai_logprobs(reply: Reply) -> dict[str, Any]:
+    return {"content": [{"token": t, "logprob": lp, "bytes": None, "top_logprobs": []}
+                        for t, lp in zip(reply.tokens, reply.logprobs, strict=True)]}
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A LangChain chat model whose replies come from a seeded `Policy` reading the messages it is given."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    policy: Policy = Field(default_factory=Policy)
+    model_name: str = "scripted-policy"
+    calls: int = 0  # how many times the model was invoked (tests read this)
+
+    @property
+    def _llm_type(self) -> str:
+        return "guardrail-scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name, "seed": self.policy.seed}
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+        # The policy reads the task and calls tools by name; binding changes nothing it needs.
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        started = time.perf_counter()
+        reply = self.policy.decide(transcript_from_langchain(messages))
+        self.calls += 1
+        message = AIMessage(
+            content=reply.text,
+            tool_calls=[{"name": r.tool, "args": r.args, "id": r.call_id, "type": "tool_call"}
+                        for r in reply.tool_calls],
+            response_metadata={"logprobs": _openai_logprobs(reply), "model_name": self.model_name,
+                               "finish_reason": "stop" if reply.is_final else "tool_calls",
+                               "latency_s": time.perf_counter() - started},
+            usage_metadata={"input_tokens": sum(len(_text(m.content)) // 4 for m in messages),
+                            "output_tokens": len(reply.tokens),
+                            "total_tokens": sum(len(_text(m.content)) // 4 for m in messages) + len(reply.tokens)},
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+# --------------------------------------------------------------------------- AutoGen
+def transcript_from_autogen(messages: Sequence[Any]) -> Transcript:
+    """The policy's view of AutoGen LLM messages (System/User/Assistant/FunctionExecutionResultMessage)."""
+    transcript = Transcript(task_text="")
+    pending: dict[str, int] = {}
+    for message in messages:
+        if isinstance(message, UserMessage):
+            text = message.content if isinstance(message.content, str) else " ".join(
+                part for part in message.content if isinstance(part, str))
+            if not transcript.task_text:
+                transcript.task_text = text
+            else:
+                transcript.hints.append(text)
+        elif isinstance(message, AssistantMessage):
+            transcript.turns += 1
+            if isinstance(message.content, list):
+                for call in message.content:
+                    if isinstance(call, FunctionCall):
+                        try:
+                            args = json.loads(call.arguments or "{}")
+                        except json.JSONDecodeError:
+                            args = {"_raw": call.arguments}
+                        pending[call.id] = len(transcript.calls)
+                        transcript.calls.append(CallResult(call.id, call.name, args if isinstance(args, dict)
+                                                           else {"_raw": args}, None))
+        elif isinstance(message, FunctionExecutionResultMessage):
+            for result in message.content:
+                position = pending.get(result.call_id)
+                if position is not None:
+                    made = transcript.calls[position]
+                    transcript.calls[position] = CallResult(made.call_id, made.tool, made.args, result.content,
+                                                            bool(result.is_error))
+    return transcript
+
+
+class ScriptedChatCompletionClient(ChatCompletionClient):
+    """An AutoGen chat completion client whose replies come from a seeded `Policy`.
+
+    ``results`` keeps every `CreateResult` in order, so a run's steps can be matched with the
+    logprobs the model produced for them.
+    """
+
+    def __init__(self, policy: Policy | None = None, *, model_name: str = "scripted-policy") -> None:
+        self.policy = policy or Policy()
+        self.model_name = model_name
+        self.results: list[Any] = []
+        self.latencies: list[float] = []
+        self._usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+    async def create(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), tool_choice: Any = "auto",
+                     json_output: Any = None, extra_create_args: Mapping[str, Any] | None = None,
+                     cancellation_token: Any = None) -> Any:
+        started = time.perf_counter()
+        reply = self.policy.decide(transcript_from_autogen(messages))
+        prompt_tokens = sum(len(str(getattr(m, "content", ""))) // 4 for m in messages)
+        usage = RequestUsage(prompt_tokens=prompt_tokens, completion_tokens=len(reply.tokens))
+        self._usage = RequestUsage(prompt_tokens=self._usage.prompt_tokens + usage.prompt_tokens,
+                                   completion_tokens=self._usage.completion_tokens + usage.completion_tokens)
+        logprobs = [ChatCompletionTokenLogprob(token=t, logprob=lp) for t, lp in
+                    zip(reply.tokens, reply.logprobs, strict=True)]
+        content: Any
+        if reply.tool_calls:
+            content = [FunctionCall(id=r.call_id, name=r.tool, arguments=json.dumps(r.args, sort_keys=True))
+                       for r in reply.tool_calls]
+        else:
+            content = reply.text
+        result = CreateResult(finish_reason="function_calls" if reply.tool_calls else "stop", content=content,
+                              usage=usage, cached=False, logprobs=logprobs,
+                              thought=reply.text if reply.tool_calls and reply.text else None)
+        self.results.append(result)
+        self.latencies.append(time.perf_counter() - started)
+        return result
+
+    async def create_stream(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), tool_choice: Any = "auto",
+                            json_output: Any = None, extra_create_args: Mapping[str, Any] | None = None,
+                            cancellation_token: Any = None) -> AsyncGenerator[Any, None]:
+        yield await self.create(messages, tools=tools, tool_choice=tool_choice, json_output=json_output,
+                                extra_create_args=extra_create_args, cancellation_token=cancellation_token)
+
+    async def close(self) -> None:
+        return None
+
+    def actual_usage(self) -> Any:
+        return self._usage
+
+    def total_usage(self) -> Any:
+        return self._usage
+
+    def count_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
+        return sum(len(str(getattr(m, "content", ""))) // 4 for m in messages)
+
+    def remaining_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
+        return 128_000 - self.count_tokens(messages, tools=tools)
+
+    @property
+    def model_info(self) -> Any:
+        return ModelInfo(vision=False, function_calling=True, json_output=False, family="unknown",
+                         structured_output=False)
+
+    @property
+    def capabilities(self) -> Any:
+        return self.model_info
