@@ -1,0 +1,90 @@
+"""`VerifierLayer`: the deterministic checks as a Guard layer (contract and grounding per result, the rest at the end)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from guardrail.events import Action, Episode, Finding, Result, Step, StepKind
+from guardrail.layer import EpisodeContext, Layer
+from verifiers.contract import Contract, classify_result
+from verifiers.grounding import GroundingLedger
+from verifiers.observed import Call, call_from_event
+from verifiers.offline import contract_findings, end_of_run_findings
+from verifiers.spec import VerifierSpec, load_spec
+
+__all__ = ["VerifierLayer"]
+
+
+@dataclass
+class _RunState:
+    ledger: GroundingLedger
+    calls: list[Call] = field(default_factory=list)
+    saw_results: bool = False  # after_result fed this run, so steps' tool events are already counted
+    checked_texts: set[int] = field(default_factory=set)
+
+
+class VerifierLayer(Layer):
+    """The verifiers of one task spec as a Guard layer.
+
+    ``after_result`` checks each tool result against its contract and each combining call (the
+    calculator) for ungrounded figures, at the step the result arrives; ``on_step`` grounds the
+    figures in the agent's own text; ``on_finish`` runs total consistency, required coverage and
+    completion. Every finding is blocking, so intervene mode blocks a malformed result and asks
+    for repair of a wrong answer. `contracts` (tool name -> `Contract`) override the spec's shapes,
+    e.g. ``{"lookup": Contract.from_callable(lookup)}``.
+    """
+
+    name = "verifier"
+
+    def __init__(self, spec: VerifierSpec | str, contracts: Mapping[str, Contract] | None = None) -> None:
+        self.spec: VerifierSpec = load_spec(spec) if isinstance(spec, str) else spec
+        self.contracts = contracts
+
+    def new_state(self, ctx: EpisodeContext) -> _RunState:
+        return _RunState(GroundingLedger(self.spec))
+
+    def _observe(self, state: _RunState, calls: list[Call]) -> list[Finding]:
+        spec = self.spec
+        findings: list[Finding] = []
+        for call in calls:
+            if spec.runs("tool_contract"):
+                findings.extend(contract_findings(call))
+            if spec.runs("grounding"):
+                findings.extend(state.ledger.check_call(call))
+            state.ledger.add_result(call)
+            state.calls.append(call)
+        return findings
+
+    def after_result(self, ctx: EpisodeContext, action: Action, result: Result) -> list[Finding]:
+        state: _RunState = ctx.state(self)
+        tool = action.tool or action.kind.value
+        contract = (self.contracts or {}).get(tool)
+        classified = classify_result(self.spec, tool, result.output, is_error=result.is_error, contract=contract,
+                                     data=result.data)
+        args = action.args if action.args else {"command": action.command or action.code}
+        state.saw_results = True
+        return self._observe(state, [Call(ctx.step_index, tool, args, result.output, classified)])
+
+    def on_step(self, ctx: EpisodeContext, step: Step) -> list[Finding]:
+        state: _RunState = ctx.state(self)
+        findings: list[Finding] = []
+        if step.tool_events and not state.saw_results:
+            findings.extend(self._observe(state, [call_from_event(self.spec, step.index, e, self.contracts)
+                                                  for e in step.tool_events]))
+        if step.kind is not StepKind.TOOL_CALL and step.text:
+            state.checked_texts.add(step.index)
+            if self.spec.runs("grounding"):
+                findings.extend(state.ledger.check_text(step.text, step=step.index))
+        return findings
+
+    def on_finish(self, ctx: EpisodeContext, episode: Episode) -> list[Finding]:
+        state: _RunState = ctx.state(self)
+        findings: list[Finding] = []
+        last = episode.steps[-1] if episode.steps else None
+        # The Guard appends the answer given to on_finish as a final step without an on_step call.
+        if last is not None and last.index not in state.checked_texts and last.kind is not StepKind.TOOL_CALL \
+                and last.text and self.spec.runs("grounding"):
+            findings.extend(state.ledger.check_text(last.text, step=last.index))
+        findings.extend(end_of_run_findings(episode, self.spec, state.calls, last.index if last else None))
+        return findings
