@@ -8,6 +8,7 @@ items. An ungrounded figure is reported at the step where it first appears.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from guardrail.events import Finding
@@ -18,6 +19,8 @@ from verifiers.spec import VerifierSpec
 __all__ = ["GroundingLedger", "MAX_SUMS"]
 
 MAX_SUMS = 50_000  # bound on the subset sums kept (a run with very many items stops growing the set)
+_SENTENCES = re.compile(r"[.!?;\n]+")
+_CLAUSES = re.compile(r",|\b(?:while|whereas|but|although)\b", re.IGNORECASE)
 
 
 class GroundingLedger:
@@ -29,6 +32,7 @@ class GroundingLedger:
         self.sums_: set[float] = {0.0}  # sums of distinct line items (each times its multiplicity)
         self._item_keys: set[tuple[str, float]] = set()
         self.saturated_ = False
+        self.facts_: dict[str, dict[str, str]] = {}  # fact tool -> argument value -> the value it returned
 
     # ------------------------------------------------------------------ learning
     def _add_atom(self, value: float) -> None:
@@ -43,14 +47,21 @@ class GroundingLedger:
     def add_result(self, call: Call) -> None:
         """Record what one tool call returned."""
         value = call.classified.value
-        if call.classified.kind != "value" or value is None:
+        if call.classified.kind != "value":
+            return
+        tool_spec = self.spec.tools.get(call.tool)
+        if tool_spec is not None and tool_spec.fact is not None and call.result:
+            key = call.arg(tool_spec.fact.key_arg)
+            if key:
+                self.facts_.setdefault(call.tool, {})[key] = call.result.strip().casefold()
+        if value is None:
             return
         self.values_.append(value)
         item = self.spec.line_item_tools().get(call.tool)
-        key = (call.tool, value)
-        if key in self._item_keys:
+        item_key = (call.tool, value)
+        if item_key in self._item_keys:
             return  # the same figure again (a retry) adds no new combination
-        self._item_keys.add(key)
+        self._item_keys.add(item_key)
         if item is not None:
             self.values_.append(round(value * item.multiplicity, 2))
             self._add_atom(round(value * item.multiplicity, 2))
@@ -108,7 +119,50 @@ class GroundingLedger:
                 step=step, evidence={"ungrounded": [f.value for f in ungrounded]},
                 hint="state only figures the tools returned or their sums",
             ))
+        contradictions = self.contradicted_facts(text)
+        if contradictions:
+            findings.append(finding(
+                "grounding",
+                "the answer contradicts what the tools returned: " + "; ".join(
+                    f"{key}: said {said}, {tool} returned {truth}" for tool, key, said, truth in contradictions[:5]),
+                step=step,
+                evidence={"contradictions": [list(c) for c in contradictions]},
+                hint="restate each fact as the tool returned it",
+            ))
         return findings
+
+    def contradicted_facts(self, text: str) -> list[tuple[str, str, str, str]]:
+        """(tool, key, stated, returned) for each fact the text states differently from the tool.
+
+        Conservative on purpose: a key is contradicted only when its clause names fact words and
+        none of them is the returned one; "A, B and C are x, y and z respectively" pairs by position.
+        """
+        found: list[tuple[str, str, str, str]] = []
+        for tool, truth in self.facts_.items():
+            tool_spec = self.spec.tools[tool]
+            assert tool_spec.fact is not None
+            vocabulary = {w.casefold() for w in tool_spec.fact.vocabulary} | set(truth.values())
+            word_re = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(vocabulary, key=len, reverse=True))
+                                 + r")\b", re.IGNORECASE)
+            key_re = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(truth, key=len, reverse=True))
+                                + r")\b", re.IGNORECASE)
+            for sentence in _SENTENCES.split(text[:20_000]):
+                if re.search(r"\brespectively\b", sentence, re.IGNORECASE):
+                    keys = [m.group(1).casefold() for m in key_re.finditer(sentence)]
+                    words = [m.group(1).casefold() for m in word_re.finditer(sentence)]
+                    if len(keys) == len(words):
+                        found.extend((tool, k, w, truth[k]) for k, w in zip(keys, words, strict=True)
+                                     if w != truth[k])
+                    continue
+                for clause in _CLAUSES.split(sentence):
+                    words = {m.group(1).casefold() for m in word_re.finditer(clause)}
+                    if not words:
+                        continue
+                    for m in key_re.finditer(clause):
+                        key = m.group(1).casefold()
+                        if truth[key] not in words:
+                            found.append((tool, key, "/".join(sorted(words)), truth[key]))
+        return found
 
     def observe(self, calls: Iterable[Call]) -> list[Finding]:
         """Check then record several calls (one step's tool events)."""

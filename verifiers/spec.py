@@ -22,6 +22,7 @@ __all__ = [
     "SPEC_FORMAT",
     "SPECS_DIR",
     "Currency",
+    "Fact",
     "ForEach",
     "LineItem",
     "Requirement",
@@ -103,6 +104,17 @@ class Requirement(_Model):
     for_each: ForEach | None = None
 
 
+class Fact(_Model):
+    """A tool whose value result is a categorical fact about one argument (the weather of a city).
+
+    The answer must not state a different value of `vocabulary` (plus every value the run saw)
+    for the same argument.
+    """
+
+    key_arg: str
+    vocabulary: list[str] = Field(default_factory=list)
+
+
 class ToolSpec(_Model):
     returns: list[ResultShape] = Field(default_factory=list)  # empty: any result is a valid shape
     json_schema: dict[str, object] | None = None  # alternative contract: the result parsed as JSON
@@ -110,6 +122,7 @@ class ToolSpec(_Model):
     required: Requirement | None = None
     combines: bool = False  # an arithmetic tool (calculator): its figures combine earlier ones
     expression_arg: str | None = None  # for a combining tool, the argument holding the expression
+    fact: Fact | None = None
 
 
 class Currency(_Model):
