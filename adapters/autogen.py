@@ -1,0 +1,322 @@
+"""AutoGen AgentChat adapter: a guarded workbench, a monitored model client and a termination condition on alarm.
+
+    guarded = AutoGenGuard(guard)
+    agent = AssistantAgent("a", model_client=guarded.model_client(client), workbench=guarded.workbench(tools))
+    team = RoundRobinGroupChat([agent], termination_condition=guarded.termination() | MaxMessageTermination(8))
+    result = await team.run(task="...")
+    decision = await guarded.afinish(result)
+
+- `GuardedWorkbench` (a `StaticWorkbench`) runs ``guard.before_action`` on every call; a block
+  returns ``ToolResult(is_error=True)`` carrying the warning and hint, so the model reads it.
+  After the call, ``guard.after_result`` sees what came back.
+- `GuardedChatCompletionClient` wraps the agent's model client: each model output (text, tool
+  calls, token logprobs) becomes a step for ``guard.on_step``. A step with tool calls is fed once
+  the workbench has all its results; a text step once the next model call starts or the run ends
+  (then it is the final answer).
+- `GuardAlarmTermination` stops a team on the first alarm or repair verdict since its last reset.
+
+One `AutoGenGuard` is one episode at a time: the first event starts it, `finish` closes it, and the
+next event starts the next one. Use one `AutoGenGuard` per concurrent run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from autogen_agentchat.base import TerminatedException, TerminationCondition
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
+from autogen_core import CancellationToken
+from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
+from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult
+
+from adapters.common import action_from_call, asafe_decision, log
+from guardrail.events import Decision, Result, Step, StepKind, ToolEvent, Verdict
+from guardrail.guard import Guard
+from guardrail.layer import EpisodeContext
+
+__all__ = [
+    "AutoGenGuard",
+    "GuardAlarmTermination",
+    "GuardedChatCompletionClient",
+    "GuardedWorkbench",
+    "step_from_create_result",
+]
+
+
+def step_from_create_result(index: int, created: CreateResult, *, agent: str | None = None) -> Step:
+    """One AutoGen model output as a guard `Step` (tool results are filled in as the workbench returns them)."""
+    calls = created.content if isinstance(created.content, list) else []
+    events = []
+    for call in calls:
+        try:
+            args: Any = json.loads(call.arguments) if call.arguments else {}
+        except json.JSONDecodeError:
+            args = call.arguments  # kept as the model wrote it
+        events.append(ToolEvent(id=call.id, name=call.name, args=args))
+    text = created.content if isinstance(created.content, str) else (created.thought or "")
+    logprobs = [float(lp.logprob) for lp in (created.logprobs or [])]
+    return Step(
+        index=index,
+        kind=StepKind.TOOL_CALL if calls else StepKind.TEXT,
+        text=text,
+        tool_events=events,
+        token_logprobs=logprobs,
+        logprobs_available=bool(logprobs),
+        output_tokens=created.usage.completion_tokens if created.usage else None,
+        meta={"agent": agent} if agent else {},
+    )
+
+
+@dataclass
+class _Pending:
+    """A step not fed yet: the tool call ids it still waits for, and whether a later model output followed it."""
+
+    step: Step
+    waiting: set[str] = field(default_factory=set)
+    followed: bool = False
+
+
+class AutoGenGuard:
+    """Ties one Guard episode to an AutoGen agent or team: hands out the workbench, client and termination."""
+
+    def __init__(self, guard: Guard, *, task: str | None = None, cwd: str | None = None,
+                 framework: str = "autogen") -> None:
+        self.guard = guard
+        self.task = task
+        self.cwd = cwd
+        self.framework = framework
+        self.decisions: list[Decision] = []  # every non-allow decision of the current episode
+        self._ctx: EpisodeContext | None = None
+        self._pending: list[_Pending] = []
+        self._alarm: Decision | None = None
+
+    # ----------------------------------------------------------------- parts for AutoGen
+    def workbench(self, tools: Sequence[BaseTool[Any, Any]], **kwargs: Any) -> GuardedWorkbench:
+        return GuardedWorkbench(list(tools), self, **kwargs)
+
+    def model_client(self, client: ChatCompletionClient, *, agent: str | None = None) -> GuardedChatCompletionClient:
+        return GuardedChatCompletionClient(client, self, agent=agent)
+
+    def termination(self) -> GuardAlarmTermination:
+        return GuardAlarmTermination(self)
+
+    # ----------------------------------------------------------------- episode
+    @property
+    def context(self) -> EpisodeContext:
+        """The running episode's context (started on first use)."""
+        if self._ctx is None or self._ctx.finished:
+            self._ctx = self.guard.start_episode(task=self.task, framework=self.framework)
+            self.decisions = []
+        return self._ctx
+
+    def set_task(self, task: str) -> None:
+        """The task of the current episode (the termination condition reads it off the team's first message)."""
+        self.task = self.task or task
+        ctx = self.context
+        if ctx.episode.task is None:
+            ctx.episode.task = task
+
+    @property
+    def alarm(self) -> Decision | None:
+        """The first alarm (or repair) decision not yet consumed by a termination reset."""
+        return self._alarm
+
+    def _record(self, decision: Decision) -> Decision:
+        if decision.verdict is not Verdict.ALLOW:
+            self.decisions.append(decision)
+        if decision.verdict in (Verdict.ALARM, Verdict.REPAIR) and self._alarm is None:
+            self._alarm = decision
+        return decision
+
+    def clear_alarm(self) -> None:
+        self._alarm = None
+
+    # ----------------------------------------------------------------- steps
+    async def _emit_ready(self, *, final: bool = False) -> None:
+        """Feed, in order, the pending steps that are complete (all of them when the run ends)."""
+        while self._pending:
+            head = self._pending[0]
+            if head.step.kind is StepKind.TEXT:
+                complete = head.followed or final
+            else:
+                complete = not head.waiting or final
+            if not complete:
+                return
+            self._pending.pop(0)
+            step = head.step
+            if final and step.kind is StepKind.TEXT and not self._pending:
+                step.kind = StepKind.FINAL  # the last text of the run is its answer
+            ctx = self.context
+            step.index = ctx.step_index
+            self._record(await asafe_decision("on_step", partial(self.guard.aon_step, ctx, step)))
+
+    async def on_model_output(self, created: CreateResult, *, agent: str | None = None) -> None:
+        """A model call returned: a text step before it was not the answer; this one waits for its tool results."""
+        for pending in self._pending:
+            pending.followed = True
+        step = step_from_create_result(0, created, agent=agent)
+        self._pending.append(_Pending(step, {e.id for e in step.tool_events}))
+        await self._emit_ready()
+
+    async def on_tool_result(self, call_id: str | None, name: str, result: Result) -> None:
+        """The workbench finished a call: fill in the result of the step that asked for it."""
+        for pending in self._pending:
+            for event in pending.step.tool_events:
+                if (call_id and event.id == call_id) or (not call_id and event.name == name and event.result is None):
+                    event.result = result.output
+                    event.result_chars = len(result.output)
+                    event.is_error = result.is_error
+                    pending.waiting.discard(event.id)
+                    await self._emit_ready()
+                    return
+
+    async def afinish(self, result: Any = None, *, answer: str | None = None) -> Decision:
+        """Close the episode: feed what is pending, run the end-of-run verifiers. `result` may be a TaskResult."""
+        if answer is None and result is not None:
+            answer = _answer_of(result)
+        await self._emit_ready(final=True)
+        ctx = self.context
+        decision = self._record(await asafe_decision("on_finish", partial(self.guard.aon_finish, ctx, answer=answer)))
+        # The next event starts a new episode with a clean slate (`decisions` stays readable until then).
+        self._pending = []
+        self._alarm = None
+        self._ctx = None
+        return decision
+
+    def finish(self, result: Any = None, *, answer: str | None = None) -> Decision:
+        """Sync twin of `afinish` (for code outside the event loop)."""
+        import asyncio
+
+        return asyncio.run(self.afinish(result, answer=answer))
+
+
+def _answer_of(result: Any) -> str | None:
+    messages = getattr(result, "messages", None) or []
+    for message in reversed(messages):
+        if isinstance(message, BaseChatMessage) and not isinstance(message, StopMessage):
+            content = getattr(message, "content", None)
+            if isinstance(content, str):
+                return content
+    return None
+
+
+class GuardedWorkbench(StaticWorkbench):
+    """A `StaticWorkbench` whose every call goes through the guard (usable as ``AssistantAgent(workbench=...)``)."""
+
+    def __init__(self, tools: list[BaseTool[Any, Any]], guarded: AutoGenGuard | Guard,
+                 tool_overrides: Any = None) -> None:
+        super().__init__(tools, tool_overrides=tool_overrides)
+        self.guarded = guarded if isinstance(guarded, AutoGenGuard) else AutoGenGuard(guarded)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancellation_token: CancellationToken | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        guarded = self.guarded
+        guard = guarded.guard
+        ctx = guarded.context
+        action = action_from_call(name, dict(arguments or {}), call_id, cwd=guarded.cwd)
+        decision = guarded._record(await asafe_decision("before_action", lambda: guard.abefore_action(ctx, action)))
+        if decision.blocked:
+            message = decision.message() or "blocked by guardrail"
+            await guarded.on_tool_result(call_id, name, Result(output=message, is_error=True, call_id=call_id))
+            return ToolResult(name=name, result=[TextResultContent(content=message)], is_error=True)
+        tool_result = await super().call_tool(name, arguments, cancellation_token, call_id)
+        output = "".join(c.content for c in tool_result.result if isinstance(c, TextResultContent))
+        result = Result(output=output, is_error=tool_result.is_error, call_id=call_id)
+        after = guarded._record(await asafe_decision("after_result", lambda: guard.aafter_result(ctx, action, result)))
+        if after.blocked:
+            output = f"{output}\n\n{after.message()}"
+            result = Result(output=output, is_error=True, call_id=call_id)
+            tool_result = ToolResult(name=name, result=[TextResultContent(content=output)], is_error=True)
+        await guarded.on_tool_result(call_id, name, result)
+        return tool_result
+
+
+class GuardedChatCompletionClient(ChatCompletionClient):
+    """Wraps an agent's model client so every model output reaches the step monitor; delegates everything else."""
+
+    def __init__(self, inner: ChatCompletionClient, guarded: AutoGenGuard, *, agent: str | None = None) -> None:
+        self.inner = inner
+        self.guarded = guarded
+        self.agent = agent
+
+    async def _observe(self, created: CreateResult) -> None:
+        try:
+            await self.guarded.on_model_output(created, agent=self.agent)
+        except Exception as exc:  # noqa: BLE001 - the guard never breaks the agent's model call
+            log.warning("guardrail could not observe a model output: %s: %s", type(exc).__name__, exc)
+
+    async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+        created = await self.inner.create(messages, **kwargs)
+        await self._observe(created)
+        return created
+
+    async def create_stream(  # type: ignore[override]  # same signature, written as an async generator
+        self, messages: Sequence[LLMMessage], **kwargs: Any
+    ) -> AsyncGenerator[str | CreateResult, None]:
+        async for chunk in self.inner.create_stream(messages, **kwargs):
+            if isinstance(chunk, CreateResult):
+                await self._observe(chunk)
+            yield chunk
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def actual_usage(self) -> RequestUsage:
+        return self.inner.actual_usage()
+
+    def total_usage(self) -> RequestUsage:
+        return self.inner.total_usage()
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        return self.inner.count_tokens(messages, tools=list(tools))
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        return self.inner.remaining_tokens(messages, tools=list(tools))
+
+    @property
+    def capabilities(self) -> Any:  # deprecated in AutoGen, still abstract
+        return self.inner.model_info
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self.inner.model_info
+
+
+class GuardAlarmTermination(TerminationCondition):
+    """Stops a team when the guard raised an alarm (step monitor) or asked for repair since the last reset."""
+
+    def __init__(self, guarded: AutoGenGuard) -> None:
+        self.guarded = guarded
+        self._terminated = False
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    async def __call__(self, messages: Sequence[BaseAgentEvent | BaseChatMessage]) -> StopMessage | None:
+        if self._terminated:
+            raise TerminatedException("Termination condition has already been reached")
+        for message in messages:
+            content = getattr(message, "content", None)
+            if getattr(message, "source", None) == "user" and isinstance(content, str):
+                self.guarded.set_task(content)
+                break
+        alarm = self.guarded.alarm
+        if alarm is None:
+            return None
+        self._terminated = True
+        return StopMessage(content=f"guardrail {alarm.verdict.value}: {alarm.message()}", source="guardrail")
+
+    async def reset(self) -> None:
+        self._terminated = False
+        self.guarded.clear_alarm()
+
