@@ -70,6 +70,11 @@ class DaskEngine:
             for future in futures:
                 future.release()
 
+    def run_on_each_worker(self, fn: Callable[..., R], *args: Any) -> list[R]:
+        """Run `fn(*args)` once in every worker (e.g. load a model before timed work); results in worker order."""
+        by_worker = self._client.run(fn, *args)
+        return [by_worker[address] for address in sorted(by_worker)]
+
     def close(self) -> None:
         """Disconnect; a cluster this engine started is shut down, a user's cluster is left running."""
         client, self._client = self._client, None
