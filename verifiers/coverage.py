@@ -24,6 +24,22 @@ def check_required_coverage(spec: VerifierSpec, calls: Sequence[Call], *, step: 
         if requirement is None:
             continue
         made = [c for c in calls if c.tool == tool and c.made]
+        link = requirement.for_each
+        if link is not None:
+            # Per-item links name what is missing, which says more than a count.
+            needed = {v for c in calls if c.tool == link.tool and c.made and (v := c.arg(link.arg))}
+            covered = {v for c in made if (v := c.arg(link.as_arg or link.arg))}
+            missing = sorted(needed - covered)
+            if missing:
+                findings.append(finding(
+                    "required_coverage",
+                    f"{tool} was never answered for {link.arg} {', '.join(missing)} (required for each "
+                    f"{link.tool} {link.arg})",
+                    step=step,
+                    evidence={"tool": tool, "missing": missing, "for_each": link.model_dump()},
+                    hint=f"call {tool} for {', '.join(missing)}",
+                ))
+                continue
         distinct = {arg_key(c, requirement.distinct_by) for c in made} if requirement.distinct_by else None
         n_made = len(distinct) if distinct is not None else len(made)
         if n_made < requirement.count:
@@ -36,20 +52,5 @@ def check_required_coverage(spec: VerifierSpec, calls: Sequence[Call], *, step: 
                 step=step,
                 evidence={"tool": tool, "required": requirement.count, "made": n_made, "attempted": attempted},
                 hint=f"call {tool} for every item the task needs before answering",
-            ))
-        link = requirement.for_each
-        if link is None:
-            continue
-        needed = {v for c in calls if c.tool == link.tool and c.made and (v := c.arg(link.arg))}
-        covered = {v for c in made if (v := c.arg(link.as_arg or link.arg))}
-        missing = sorted(needed - covered)
-        if missing:
-            findings.append(finding(
-                "required_coverage",
-                f"{tool} was never answered for {link.arg} {', '.join(missing)} (required for each {link.tool} "
-                f"{link.arg})",
-                step=step,
-                evidence={"tool": tool, "missing": missing, "for_each": link.model_dump()},
-                hint=f"call {tool} for {', '.join(missing)}",
             ))
     return findings

@@ -149,9 +149,9 @@ class GroundingLedger:
             for sentence in _SENTENCES.split(text[:20_000]):
                 if re.search(r"\brespectively\b", sentence, re.IGNORECASE):
                     keys = [m.group(1).casefold() for m in key_re.finditer(sentence)]
-                    words = [m.group(1).casefold() for m in word_re.finditer(sentence)]
-                    if len(keys) == len(words):
-                        found.extend((tool, k, w, truth[k]) for k, w in zip(keys, words, strict=True)
+                    in_order = [m.group(1).casefold() for m in word_re.finditer(sentence)]
+                    if len(keys) == len(in_order):
+                        found.extend((tool, k, w, truth[k]) for k, w in zip(keys, in_order, strict=True)
                                      if w != truth[k])
                     continue
                 for clause in _CLAUSES.split(sentence):
