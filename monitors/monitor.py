@@ -1,0 +1,163 @@
+"""The step monitor a deployment fits and runs: telemetry + calibrated detectors + the alarm threshold.
+
+``monitor = StepMonitor().fit(healthy_train).calibrate(healthy_val)``; then per episode
+``stream = monitor.start()`` and ``score = stream.update(step)`` (constant time per step);
+``stream.alarm_step`` is the first step whose score crossed ``threshold_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from guardrail.events import Episode, Step
+from monitors.calibration import alarm_threshold
+from monitors.hybrid import Hybrid, HybridStream
+from monitors.telemetry import Telemetry, TelemetryStream
+
+__all__ = ["DEFAULT_CONFIG", "PRESETS", "EpisodeScore", "MonitorStream", "StepMonitor"]
+
+# What `guardrail fit` produces with no options: the configuration we stand behind (see the bench).
+# Chosen on langgraph7b and real_research7b only (10 seeded splits, healthy validation FA <= 0.10),
+# then confirmed on autogen7b, ollama7b and demo_real_varied_ext; see the bench in monitors/bench.py.
+DEFAULT_CONFIG: dict[str, Any] = {"components": ["delta_mahalanobis", "mahalanobis"], "fusion": "max"}
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": DEFAULT_CONFIG,
+    "esn_cusum_max": {"components": ["esn_cusum_max"], "fusion": "max"},
+    "delta_mahalanobis": {"components": ["delta_mahalanobis"], "fusion": "max"},
+    "mahalanobis": {"components": ["mahalanobis"], "fusion": "max"},
+    "hybrid": {"components": ["esn_cusum_max", "delta_mahalanobis"], "fusion": "max"},
+    "hybrid_weighted50": {"components": ["esn_cusum_max", "delta_mahalanobis"], "fusion": "weighted"},
+    "hybrid_all": {"components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis"], "fusion": "max"},
+}
+
+
+@dataclass
+class EpisodeScore:
+    """One scored episode: per-step scores, their max, the alarm step (None when it never crossed) and channel scores."""
+
+    episode_id: str
+    scores: list[float]
+    max_score: float
+    alarm_step: int | None
+    channel_scores: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"episode_id": self.episode_id, "max_score": self.max_score, "alarm_step": self.alarm_step,
+                "scores": self.scores, "channel_scores": self.channel_scores}
+
+
+class StepMonitor:
+    """Telemetry featurizer + calibrated hybrid of one-class detectors + a threshold from healthy validation.
+
+    Hyperparameters: `components` (detector names, see `monitors.hybrid.DETECTORS`), `fusion`
+    (max | weighted | logistic), `telemetry` (a `Telemetry` with its settings), `beta` (the
+    false-alarm budget for `calibrate`), `detector_params`, `n_folds`, `random_state`.
+    """
+
+    def __init__(self, components: Sequence[str] = tuple(DEFAULT_CONFIG["components"]),
+                 fusion: str = DEFAULT_CONFIG["fusion"], telemetry: Telemetry | None = None, beta: float = 0.05,
+                 detector_params: dict[str, dict[str, Any]] | None = None, n_folds: int = 4,
+                 random_state: int = 0) -> None:
+        self.components = tuple(components)
+        self.fusion = fusion
+        self.telemetry = telemetry
+        self.beta = beta
+        self.detector_params = detector_params
+        self.n_folds = n_folds
+        self.random_state = random_state
+
+    @classmethod
+    def preset(cls, name: str, **kwargs: Any) -> StepMonitor:
+        if name not in PRESETS:
+            raise ValueError(f"unknown monitor preset {name!r}; choose from {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **kwargs})
+
+    def get_params(self) -> dict[str, Any]:
+        return {"components": list(self.components), "fusion": self.fusion, "beta": self.beta,
+                "detector_params": self.detector_params or {}, "n_folds": self.n_folds,
+                "random_state": self.random_state,
+                "telemetry": (self.telemetry or Telemetry()).get_params()}
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, healthy: Sequence[Episode]) -> StepMonitor:
+        """Fit telemetry channels and detectors on healthy training episodes (labels other than healthy are refused)."""
+        sick = [e.episode_id for e in healthy if not e.is_healthy]
+        if sick:
+            raise ValueError(f"fit takes healthy episodes only; {len(sick)} are labelled otherwise "
+                             f"(e.g. {sick[0]!r})")
+        usable = [e for e in healthy if e.steps]
+        if len(usable) < 4:
+            raise ValueError(f"fit needs at least 4 healthy episodes with steps, got {len(usable)}")
+        self.telemetry_ = Telemetry(**(self.telemetry or Telemetry()).get_params()).fit(usable)
+        features = [self.telemetry_.transform(e) for e in usable]
+        return self.fit_features(features)
+
+    def fit_features(self, features: Sequence[np.ndarray],
+                     perturbed: Sequence[tuple[int, np.ndarray]] = ()) -> StepMonitor:
+        """Fit the detectors on precomputed telemetry (the batch path: featurize shards in parallel, then solve)."""
+        if not hasattr(self, "telemetry_"):
+            raise RuntimeError("fit_features needs a fitted telemetry_ (use fit, or set telemetry_ first)")
+        self.hybrid_ = Hybrid(self.components, self.fusion, detector_params=self.detector_params,
+                              n_folds=self.n_folds, random_state=self.random_state)
+        # The solves are on matrices of a few dozen columns: BLAS threads only add contention here.
+        with threadpool_limits(limits=1, user_api="blas"):
+            self.hybrid_.fit(features, self.telemetry_.slices_, perturbed)
+        self.threshold_ = float("inf")  # no alarms until calibrated on healthy validation episodes
+        self.n_train_ = len(features)
+        return self
+
+    def calibrate(self, healthy_val: Sequence[Episode], beta: float | None = None) -> StepMonitor:
+        """Set threshold_ to the (1 - beta) quantile of per-episode max scores on healthy validation episodes."""
+        sick = [e.episode_id for e in healthy_val if not e.is_healthy]
+        if sick:
+            raise ValueError(f"calibrate takes healthy validation episodes only; got {sick[0]!r} labelled otherwise")
+        maxima = [self.score_episode(e).max_score for e in healthy_val if e.steps]
+        self.threshold_ = alarm_threshold(maxima, self.beta if beta is None else beta)
+        self.n_val_ = len(maxima)
+        return self
+
+    # ------------------------------------------------------------------ scoring
+    def start(self) -> MonitorStream:
+        if not hasattr(self, "hybrid_"):
+            raise RuntimeError("StepMonitor is not fitted: call fit(healthy_episodes) first")
+        return MonitorStream(self)
+
+    def score_episode(self, episode: Episode) -> EpisodeScore:
+        stream = self.start()
+        scores = [stream.update(step) for step in episode.steps]
+        return EpisodeScore(episode.episode_id, scores, max(scores) if scores else float("-inf"),
+                            stream.alarm_step, stream.channel_scores())
+
+
+class MonitorStream:
+    """One episode: featurize the step once, score it with every detector, fuse, compare with the threshold."""
+
+    __slots__ = ("_features", "_scores", "_threshold", "alarm_step", "last_score", "_t")
+
+    def __init__(self, monitor: StepMonitor) -> None:
+        self._features: TelemetryStream = monitor.telemetry_.start()
+        self._scores: HybridStream = monitor.hybrid_.start()
+        self._threshold = monitor.threshold_
+        self.alarm_step: int | None = None
+        self.last_score = float("-inf")
+        self._t = 0
+
+    def update(self, step: Step) -> float:
+        score = self._scores.update(self._features.update(step))
+        if self.alarm_step is None and score > self._threshold:
+            self.alarm_step = self._t
+        self._t += 1
+        self.last_score = score
+        return score
+
+    @property
+    def alarmed(self) -> bool:
+        return self.alarm_step is not None
+
+    def channel_scores(self) -> dict[str, float]:
+        return {**self._scores.component_scores(), **self._scores.channel_scores()}
