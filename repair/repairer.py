@@ -366,8 +366,7 @@ class Repairer:
                                                         messages_key)
                     _judge(attempt, watch, fork_steps, session.target)
                     session.trip = session.trip or watch.trip
-                    if attempt.outcome == "passed":
-                        attempt.fork_config = graph.get_state(thread).config
+                    attempt.fork_config = graph.get_state(thread).config  # the fork's head, whatever its outcome
             except Exception as exc:  # a fork that raises is a failed attempt; the original run is intact
                 error = exc
                 attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
