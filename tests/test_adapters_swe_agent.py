@@ -1,0 +1,270 @@
+"""SWE-agent: .traj reading (v0 and v1), offline audit with the real gate, the live hook, the swe-rex prober."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.swe_agent import (
+    GuardBlockedAction,
+    SweAgentGuardHook,
+    SweRexProber,
+    TrajError,
+    audit_trajectory,
+    episode_from_traj,
+    guess_sandbox_root,
+    read_traj,
+)
+from guardrail.cli import main
+from guardrail.events import ActionKind, Finding, StepKind
+from guardrail.guard import Guard
+from guardrail.layer import Layer
+
+TRAJ = Path(__file__).parent / "fixtures" / "traj"
+V0 = TRAJ / "v0_missing_test_file.traj"
+V1 = TRAJ / "v1_cd_then_missing.traj"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """The local copy of the repository the recorded agent worked on (at /repo in its sandbox)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "src" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "tests" / "test_calc.py").write_text("from src.calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    return tmp_path
+
+
+def test_v0_state_is_a_json_string_taken_before_the_action():
+    trajectory = read_traj(V0)
+
+    assert trajectory.layout == "v0"
+    assert len(trajectory.steps) == 7
+    assert trajectory.steps[2].state_before == {"open_file": "/repo/src/calc.py", "working_dir": "/repo"}
+    assert trajectory.steps[1].state_after == trajectory.steps[2].state_before
+    assert trajectory.problem.startswith("The function add()")
+
+
+def test_v1_state_is_a_dict_taken_after_the_action():
+    trajectory = read_traj(V1)
+
+    assert trajectory.layout == "v1"
+    assert trajectory.steps[0].state_before is None  # nothing recorded before the first action
+    assert trajectory.steps[0].state_after["working_dir"] == "/repo/src"
+    assert trajectory.steps[1].cwd == "/repo/src"  # the state after `cd src`
+    assert trajectory.problem.startswith("tests/test_calc.py fails")
+
+
+def test_episode_from_a_trajectory_ends_with_the_submit_step():
+    episode = episode_from_traj(read_traj(V0))
+
+    assert episode.framework == "swe-agent"
+    assert [s.kind for s in episode.steps][-1] is StepKind.FINAL
+    assert episode.steps[3].tool_events[0].args == {"command": "python -m pytest tests/test_calcs.py"}
+    assert episode.steps[3].tool_events[0].result.startswith("ERROR: file or directory not found")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not valid JSON"),
+    ('{"history": []}', "no 'trajectory' list"),
+    ('{"trajectory": [{"observation": "x"}]}', "no 'action' string"),
+    ('{"trajectory": [{"action": "ls", "state": "{broken"}]}', "state is not valid JSON"),
+])
+def test_a_broken_traj_file_gets_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "bad.traj"
+    path.write_text(text)
+
+    with pytest.raises(TrajError, match=message):
+        read_traj(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                        st.sampled_from(["trajectory", "action", "state", "observation", "info", "history",
+                                         "role", "content", "working_dir"]), inner, max_size=4),
+                    max_leaves=20))
+def test_any_json_reads_as_a_trajectory_or_a_traj_error(tmp_path_factory, document):
+    path = tmp_path_factory.mktemp("fuzz") / "x.traj"
+    path.write_text(json.dumps(document))
+
+    try:
+        trajectory = read_traj(path)
+    except TrajError:
+        return
+    episode_from_traj(trajectory)  # whatever reads also converts
+
+
+def test_sandbox_root_is_the_ancestor_that_exists_locally(repo):
+    assert guess_sandbox_root(read_traj(V1), repo) == "/repo"
+    assert guess_sandbox_root(read_traj(V0), repo) == "/repo"
+
+
+def test_audit_blocks_the_recorded_actions_on_missing_files_with_the_real_gate(repo):
+    from guardrail.statemirror.layer import GateLayer
+
+    rows = audit_trajectory(read_traj(V0), Guard([GateLayer(repo)], mode="intervene"), repo)
+
+    verdicts = {r.step: r.decision.verdict.value for r in rows}
+    assert verdicts[3] == "block" and verdicts[4] == "block"
+    assert verdicts[0] == verdicts[1] == verdicts[5] == verdicts[6] == "allow"
+    assert "test_calc.py" in rows[3].decision.findings[0].hint  # the closest existing test file
+    assert rows[4].decision.findings[0].args == [str(repo / "src" / "helpers.py")]  # /repo mapped locally
+
+
+def test_audit_of_a_v1_file_follows_the_recorded_cd(repo):
+    from guardrail.statemirror.layer import GateLayer
+
+    rows = audit_trajectory(read_traj(V1), Guard([GateLayer(repo)], mode="intervene"), repo)
+
+    assert rows[1].decision.verdict.value == "allow"  # cat calc.py inside src/
+    assert rows[2].decision.verdict.value == "block"  # cat test_calc.py: it is in tests/, not src/
+
+
+def test_audit_traj_command_prints_json_and_exits_1_on_a_block(repo, capsys):
+    code = main(["audit-traj", str(V0), "--workspace", str(repo), "--json"])
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 1
+    assert [line["step"] for line in lines] == [3, 4]
+    assert all(line["verdict"] == "block" for line in lines)
+
+
+def test_audit_traj_command_refuses_a_file_that_is_not_a_trajectory(tmp_path, capsys):
+    bad = tmp_path / "x.traj"
+    bad.write_text("[]")
+
+    assert main(["audit-traj", str(bad), "--workspace", str(tmp_path)]) == 2
+    assert "no 'trajectory' list" in capsys.readouterr().err
+
+
+class MissingPathGate(Layer):
+    name = "gate"
+
+    def before_action(self, ctx, action):
+        words = (action.command or "").split()
+        if words[:1] == ["cat"] and not (Path(action.cwd or ".") / words[1]).exists():
+            return [Finding(layer=self.name, check="file_exists", message=f"{words[1]} does not exist",
+                            hint="try tests/test_calc.py", blocking=True)]
+        return None
+
+
+def _swe_step(action, cwd, observation=""):
+    return SimpleNamespace(action=action, state={"working_dir": cwd}, observation=observation, thought="t",
+                           execution_time=0.01, done=action == "submit")
+
+
+def _drive(hook, step):
+    """What SWE-agent's DefaultAgent does around one action, in its order."""
+    hook.on_step_start()
+    hook.on_actions_generated(step=step)
+    hook.on_action_started(step=step)
+    step.observation = step.observation or "ran"
+    hook.on_action_executed(step=step)
+    hook.on_step_done(step=step, info={})
+
+
+def test_hook_in_intervene_mode_raises_the_blocked_action_error_with_the_hint(repo):
+    hook = SweAgentGuardHook(Guard([MissingPathGate()], mode="intervene"))
+    hook.on_run_start()
+
+    with pytest.raises(GuardBlockedAction, match="test_calc.py does not exist.*Hint: try tests/test_calc.py"):
+        hook.on_actions_generated(step=_swe_step("cat test_calc.py", str(repo)))
+    _drive(hook, _swe_step("cat src/calc.py", str(repo)))
+    hook.on_run_done(trajectory=[], info={"submission": "diff"})
+
+    assert [d.verdict.value for d in hook.decisions] == ["block"]
+
+
+def test_hook_in_report_mode_appends_the_warning_to_the_observation(repo):
+    recorded = []
+
+    class Recorder(Layer):
+        name = "recorder"
+
+        def on_finish(self, ctx, episode):
+            recorded.append(episode)
+
+    hook = SweAgentGuardHook(Guard([MissingPathGate(), Recorder()], mode="report"))
+    hook.on_run_start()
+    step = _swe_step("cat nope.py", str(repo), observation="cat: nope.py: No such file or directory")
+
+    _drive(hook, step)
+    _drive(hook, _swe_step("submit", str(repo), observation="diff"))
+    hook.on_run_done(trajectory=[], info={"submission": "diff"})
+
+    assert step.observation.startswith("cat: nope.py: No such file")
+    assert "[guardrail:gate/file_exists] nope.py does not exist" in step.observation
+    assert [s.kind for s in recorded[0].steps] == [StepKind.TOOL_CALL, StepKind.FINAL]
+    assert recorded[0].answer == "diff"
+
+
+def test_hook_classifies_aci_commands_and_shell_lines():
+    seen = []
+
+    class Spy(Layer):
+        name = "spy"
+
+        def before_action(self, ctx, action):
+            seen.append(action.kind)
+
+    hook = SweAgentGuardHook(Guard([Spy()]))
+    hook.on_actions_generated(step=_swe_step("open src/calc.py 10", "/repo"))
+    hook.on_actions_generated(step=_swe_step("grep -rn add src", "/repo"))
+
+    assert seen == [ActionKind.SWE_AGENT, ActionKind.SHELL]
+
+
+@dataclass
+class RexCommand:
+    """swe-rex's Command fields (swerex.runtime.abstract.Command)."""
+
+    command: str
+    shell: bool = True
+    timeout: float | None = None
+    cwd: str | None = None
+    check: bool = False
+
+
+@dataclass
+class RexReadFileRequest:
+    path: str
+
+
+class LocalRuntime:
+    """A runtime with swe-rex's async interface that really runs the commands, here."""
+
+    async def execute(self, command):
+        proc = await asyncio.create_subprocess_shell(command.command, cwd=command.cwd,
+                                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, _ = await asyncio.wait_for(proc.communicate(), command.timeout)
+        return SimpleNamespace(exit_code=proc.returncode, stdout=out.decode())
+
+    async def read_file(self, request):
+        return SimpleNamespace(content=Path(request.path).read_text())
+
+
+def test_swe_rex_prober_answers_from_inside_the_runtime(repo):
+    prober = SweRexProber(LocalRuntime(), command_type=RexCommand, read_request_type=RexReadFileRequest)
+
+    assert prober.exists(str(repo / "src" / "calc.py")) is True
+    assert prober.exists(str(repo / "src" / "nope.py")) is False
+    assert prober.is_file(str(repo / "src")) is False
+    assert prober.read_text(str(repo / "src" / "calc.py")).startswith("def add")
+    assert prober.read_text(str(repo / "missing")) is None  # unknown, not an exception
+    assert any(p.endswith("site-packages") for p in prober.sys_path(shutil.which("python3") or "python3"))
+
+
+async def test_swe_rex_prober_also_works_from_inside_an_event_loop(repo):
+    prober = SweRexProber(LocalRuntime(), command_type=RexCommand, read_request_type=RexReadFileRequest)
+
+    assert prober.exists(str(repo / "tests" / "test_calc.py")) is True
