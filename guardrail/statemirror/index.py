@@ -34,17 +34,20 @@ __all__ = [
 ]
 
 _QUERY = r"""
-import sys, json, site, importlib.machinery as m
+import sys, json, os, site, importlib.machinery as m
+# What site.venv() would do (it does not run under -S): a pyvenv.cfg next to the executable makes
+# the venv the prefix, plus the base prefix when it includes system site-packages.
+exe_dir = os.path.dirname(os.path.abspath(sys.executable))
 prefixes = [sys.prefix, sys.exec_prefix]
-cfg = os_cfg = None
-import os
-cfg_path = os.path.join(sys.prefix, "pyvenv.cfg")
-if sys.prefix != sys.base_prefix and os.path.isfile(cfg_path):
-    with open(cfg_path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            k, _, v = line.partition("=")
-            if k.strip() == "include-system-site-packages" and v.strip().lower() == "true":
-                prefixes += [sys.base_prefix, sys.base_exec_prefix]
+for cfg_path in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+    if os.path.isfile(cfg_path):
+        prefixes = [os.path.dirname(cfg_path)]
+        with open(cfg_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                k, _, v = line.partition("=")
+                if k.strip() == "include-system-site-packages" and v.strip().lower() == "true":
+                    prefixes += [sys.base_prefix, sys.base_exec_prefix]
+        break
 print(json.dumps({
     "executable": sys.executable,
     "path": [p for p in sys.path if p],
@@ -160,9 +163,11 @@ def _editable_mapping(finder_path: str) -> dict[str, str]:
     except (SyntaxError, ValueError):
         return {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets) and node.value is not None:  # type: ignore[attr-defined]
             try:
-                value = ast.literal_eval(node.value)
+                value = ast.literal_eval(node.value)  # type: ignore[attr-defined]
             except (ValueError, SyntaxError, TypeError):
                 return {}
             if isinstance(value, dict):
@@ -447,7 +452,7 @@ class ModuleIndex:
             return set(), f"{dotted} is {info.kind}: its names are not readable statically"
         names: set[str] = set()
         if info.kind == "namespace":
-            return self.submodules(info), None
+            return self.submodules(info), f"{dotted} is a namespace package: other portions may add names"
         symbols = module_symbols(info.path)
         if symbols.error:
             return set(), symbols.error

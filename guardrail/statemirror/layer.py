@@ -101,6 +101,7 @@ class Gate:
             return GateReport(error=str(exc)), None
         state = state or GateState()
         index = self.index()
+        probe_start = time.perf_counter()
         version = index.target.version if index is not None else None
         cwd = action.cwd or state.cwd or self.cwd
         scope = Scope(cwd=os.path.normpath(os.path.join(self.workspace, cwd)), workspace=self.workspace,
@@ -111,8 +112,9 @@ class Gate:
                                  python_version=version)
         except RecursionError:
             return GateReport(error="action too deeply nested to analyse"), None
+        # The budget covers this action's probes, not the once-per-interpreter sys.path query above.
         prober = Prober(index, workspace=self.workspace, path_env=self._path_env(),
-                        deadline=started + self.budget_s, index_error=self._index_error)
+                        deadline=max(started, probe_start) + self.budget_s, index_error=self._index_error)
         results = [prober.probe(p) for p in _dedupe(predicates)]
         exceeded = any(r.evidence.get("budget_exceeded") for r in results)
         return GateReport(results=results, budget_exceeded=exceeded), scope

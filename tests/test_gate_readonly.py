@@ -1,0 +1,95 @@
+"""The gate never imports, executes or writes anything of the workspace or the target interpreter's packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guardrail.statemirror import Gate
+from guardrail.statemirror.index import target_python
+
+
+def tripwire(marker: Path) -> str:
+    """Python source that leaves `marker` behind if it is ever executed."""
+    return f"open({str(marker)!r}, 'w').write('executed')\n"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    markers = tmp_path / "markers"
+    ws.mkdir()
+    markers.mkdir()
+    (ws / "trap").mkdir()
+    (ws / "trap" / "__init__.py").write_text(tripwire(markers / "init") + "Thing = 1\n")
+    (ws / "trap" / "dyn.py").write_text(tripwire(markers / "getattr") +
+                                        "def __getattr__(name):\n    open('x', 'w')\n    return 1\n")
+    (ws / "conftest.py").write_text(tripwire(markers / "conftest"))
+    (ws / "tests").mkdir()
+    (ws / "tests" / "conftest.py").write_text(tripwire(markers / "tests_conftest"))
+    (ws / "tests" / "test_a.py").write_text(tripwire(markers / "test_module") + "def test_a():\n    pass\n")
+    (ws / "evil.pth").write_text(f"import os; open({str(markers / 'pth')!r}, 'w')\n")
+    (ws / "sitecustomize.py").write_text(tripwire(markers / "sitecustomize"))
+    (ws / "usercustomize.py").write_text(tripwire(markers / "usercustomize"))
+    (ws / "reproduce.py").write_text(tripwire(markers / "script") + "from trap import Thing, Other\n")
+    return ws, markers
+
+
+ACTIONS = [
+    {"kind": "python", "code": "import trap\nfrom trap import Thing, Missing\nfrom trap.dyn import whatever"},
+    {"kind": "shell", "command": "python reproduce.py"},
+    {"kind": "shell", "command": "cd tests && python -m pytest test_a.py::test_a test_a.py::test_b -q"},
+    {"kind": "shell", "command": "pytest tests/test_a.py::test_a && python -c 'import trap.dyn; trap.dyn.x'"},
+    {"kind": "shell", "command": "python - <<'EOF'\nimport trap\nEOF"},
+    {"kind": "shell", "command": "python -m trap"},
+    {"kind": "swe_agent", "command": "open reproduce.py 2"},
+]
+
+
+def test_probing_tripwire_workspace_executes_and_writes_nothing(workspace: tuple[Path, Path]) -> None:
+    ws, markers = workspace
+    before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
+    gate = Gate(ws, cwd=ws)
+    reports = [gate.check(action) for action in ACTIONS]
+    assert list(markers.iterdir()) == []
+    assert sorted(p.relative_to(ws) for p in ws.rglob("*")) == before  # no __pycache__, no files
+    assert "trap" not in sys.modules and "trap.dyn" not in sys.modules
+    # The gate still did its job on what it did not execute.
+    assert any(v.predicate.args == ("trap", "Missing") for v in reports[0].violations)
+    assert any(v.predicate.args[-1] == "test_b" for v in reports[2].violations)
+
+
+def test_target_interpreter_site_code_never_runs(tmp_path: Path) -> None:
+    """A .pth import line and a sitecustomize in the target's site-packages do not run when asked for sys.path."""
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    site_packages = next(env_dir.glob("lib/python*/site-packages"))
+    marker = tmp_path / "site-marker"
+    (site_packages / "zz_trap.pth").write_text(f"import os; open({str(marker)!r}, 'w')\n")
+    (site_packages / "sitecustomize.py").write_text(tripwire(marker))
+    (site_packages / "installed_pkg").mkdir()
+    (site_packages / "installed_pkg" / "__init__.py").write_text(tripwire(marker) + "API = 1\n")
+    extra = tmp_path / "extra_path_dir"
+    extra.mkdir()
+    (extra / "from_pth.py").write_text("VALUE = 1\n")
+    (site_packages / "paths.pth").write_text(str(extra) + "\n")
+    target = target_python(str(python))
+    assert str(site_packages) in target.sys_path and str(extra) in target.sys_path
+    assert any("zz_trap.pth" in hook for hook in target.import_hooks)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    report = Gate(ws, python=str(python)).check(
+        {"kind": "python", "code": "from installed_pkg import API, NOPE\nimport from_pth"})
+    assert [v.predicate.args for v in report.violations] == [("installed_pkg", "NOPE")]
+    assert not marker.exists()
+
+
+def test_interpreter_is_asked_from_outside_the_workspace(workspace: tuple[Path, Path]) -> None:
+    ws, markers = workspace
+    target = target_python()
+    assert str(ws) not in target.sys_path and "" not in target.sys_path
+    assert list(markers.iterdir()) == []
