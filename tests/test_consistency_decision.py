@@ -209,7 +209,7 @@ def test_a_raising_probe_call_leaves_the_tool_unverified():
         raise ConnectionError("sandbox down")
 
     outcome = registry.probe(runner, epoch=EPOCH)["broken"]
-    assert outcome.error == "ConnectionError: sandbox down"
+    assert outcome.error == '{"$error":"ConnectionError: sandbox down"}'
     assert registry.status("broken") is DeterminismStatus.UNVERIFIED
 
 

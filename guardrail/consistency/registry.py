@@ -188,7 +188,8 @@ class DeterminismRegistry:
 
         Both calls of a tool must see the same, non-None epoch; otherwise `EpochNotFixedError`,
         since a moving sandbox would make an honest tool look nondeterministic. A tool without
-        `probe_args`, or whose call raises, stays UNVERIFIED (unknown is not false).
+        `probe_args`, or whose two calls both raise, stays UNVERIFIED (unknown is not false); one
+        raising call and one returning call differ, and fail the probe.
         """
         names = list(self._entries) if tools is None else list(tools)
         outcomes: dict[str, ProbeOutcome] = {}
@@ -210,19 +211,20 @@ class DeterminismRegistry:
         if epoch_before is None:
             raise EpochNotFixedError(f"cannot probe {schema.name!r}: the sandbox epoch is not pinned (epoch is None)")
         try:
-            first = canonical_result(runner(schema.name, dict(schema.probe_args)), unordered=schema.unordered_result)
-            second = canonical_result(runner(schema.name, dict(schema.probe_args)), unordered=schema.unordered_result)
+            first, first_failed = self._probe_call(runner, schema)
+            second, second_failed = self._probe_call(runner, schema)
         except CanonicalizationError as exc:
             return ProbeOutcome(schema.name, entry.status, epoch_before, error=f"result not comparable: {exc}",
-                                elapsed_s=time.perf_counter() - started)
-        except Exception as exc:  # a tool failing its probe says nothing about determinism
-            return ProbeOutcome(schema.name, entry.status, epoch_before, error=f"{type(exc).__name__}: {exc}",
                                 elapsed_s=time.perf_counter() - started)
         epoch_after = read_epoch(epoch_source)
         if epoch_after != epoch_before:
             raise EpochNotFixedError(
                 f"the sandbox epoch moved from {epoch_before!r} to {epoch_after!r} while probing {schema.name!r}"
             )
+        if first_failed and second_failed:
+            # A tool that fails its probe both times says nothing about its determinism.
+            return ProbeOutcome(schema.name, entry.status, epoch_before, first, second,
+                                error=first.decode("utf-8", "replace"), elapsed_s=time.perf_counter() - started)
         with self._lock:
             if entry.status in (DeterminismStatus.UNVERIFIED, DeterminismStatus.VERIFIED):
                 if first == second:
@@ -236,3 +238,13 @@ class DeterminismRegistry:
             status = entry.status
         return ProbeOutcome(schema.name, status, epoch_before, first, second,
                             elapsed_s=time.perf_counter() - started)
+
+    @staticmethod
+    def _probe_call(runner: ToolRunner, schema: ToolSchema) -> tuple[bytes, bool]:
+        """Canonical bytes of one probe call's outcome, and whether it raised (an error is an outcome too:
+        a call that succeeds once and fails once on identical input is not deterministic)."""
+        try:
+            result = runner(schema.name, dict(schema.probe_args or {}))
+        except Exception as exc:
+            return canonical_result({"$error": f"{type(exc).__name__}: {exc}"}), True
+        return canonical_result(result, unordered=schema.unordered_result), False

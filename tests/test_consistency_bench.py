@@ -1,0 +1,47 @@
+"""`guardrail bench consistency` runs end to end and its figures mean what they say."""
+
+from __future__ import annotations
+
+import json
+
+from guardrail.cli import main
+from guardrail.consistency.testbed import MISDECLARED
+from guardrail.consistency_bench import run_benchmark
+
+REQUIRED = ("naive_fp_share", "separated_fp_share", "fabricated_recall_naive", "fabricated_recall_separated",
+            "misdeclared_found", "n_plans", "added_us_per_sample")
+
+
+def test_cli_json_has_the_issue_keys(capsys):
+    assert main(["bench", "consistency", "--json", "--plans", "120", "--seed", "2"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert set(REQUIRED) <= set(figures)
+    assert figures["n_plans"] == 120
+    for key in REQUIRED[:4]:
+        assert figures[key] is None or 0.0 <= figures[key] <= 1.0
+    assert figures["added_us_per_sample"] > 0
+
+
+def test_honest_tools_are_never_reported_as_misdeclared():
+    figures = run_benchmark(n_plans=200, seed=5)
+    assert set(figures["misdeclared_found"]) <= set(MISDECLARED)
+    assert figures["n_in_scope"] + figures["n_out_of_scope"] == 200
+
+
+def test_without_fabrication_or_ambiguity_the_separated_gate_rejects_nothing():
+    figures = run_benchmark(n_plans=200, seed=1, fabricated_fraction=0.0, ambiguous_fraction=0.0)
+    assert figures["separated_rejections"] == 0
+    assert figures["separated_fp_share"] is None
+    assert figures["n_by_kind"] == {"healthy": figures["n_in_scope"]}
+
+
+def test_all_fabricated_plans_on_verified_tools_are_mostly_caught():
+    figures = run_benchmark(n_plans=150, seed=4, fabricated_fraction=1.0, ambiguous_fraction=0.0)
+    assert figures["naive_fp_share"] in (0.0, None)
+    assert figures["fabricated_recall_naive"] == 1.0
+    assert figures["fabricated_recall_separated"] > 0.5
+
+
+def test_bad_options_get_a_clear_error(capsys):
+    assert main(["bench", "consistency", "--fabricated", "0.9", "--ambiguous", "0.5"]) == 2
+    assert "fractions" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""The determinism probe and the batch quarantine against the three real mis-declared tool kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from guardrail.consistency import ConsistencyGate, DeterminismRegistry, DeterminismStatus, PlanDecision
+from guardrail.consistency.harness import DryRunHarness, ProposedCall
+from guardrail.consistency.testbed import Sandbox
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    # Background threads run, but change state only when a test triggers them.
+    with Sandbox(tmp_path, seed=3, write_interval_s=None, reload_interval_s=None, sync_interval_s=None) as box:
+        yield box
+
+
+def probe_with(sandbox, registry, before_second_call):
+    """Probe every tool; `before_second_call(tool)` runs between a tool's two identical probe calls."""
+    harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
+    calls: dict[str, int] = {}
+
+    def runner(tool, args):
+        calls[tool] = calls.get(tool, 0) + 1
+        if calls[tool] == 2:
+            before_second_call(tool)
+        return harness.call(tool, args)
+
+    return registry.probe(runner, epoch=sandbox.epoch)
+
+
+def test_quiet_sandbox_probes_every_declared_tool_as_deterministic(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+    DryRunHarness(sandbox.tools, epoch=sandbox.epoch).probe(registry)
+    assert registry.misdeclared == []
+    assert registry.status("list_directory") is DeterminismStatus.VERIFIED  # listdir order is declared unordered
+    assert registry.status("get_current_time") is DeterminismStatus.BY_CONTRACT
+
+
+def test_probe_catches_the_search_index_under_concurrent_writes(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+
+    def writes_land(tool):
+        if tool == "search_index":
+            for _ in range(25):
+                sandbox.writer.trigger()  # commits from the writer thread's own connection (seeded notes)
+
+    outcome = probe_with(sandbox, registry, writes_land)["search_index"]
+    assert outcome.status is DeterminismStatus.PROBE_FAILED
+    assert outcome.first != outcome.second
+    assert registry.misdeclared == ["search_index"]
+
+
+def test_probe_catches_the_config_reader_racing_a_reload(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+
+    def reload_lands(tool):
+        if tool == "read_config":
+            sandbox.reloader.trigger()  # the reloader thread rewrites config.json in place
+
+    probe_with(sandbox, registry, reload_lands)
+    assert registry.misdeclared == ["read_config"]
+
+
+def test_probe_catches_the_user_resolver_when_the_cache_expires_between_calls(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+
+    def cache_expires(tool):
+        if tool == "resolve_user":
+            sandbox.directory_sync.trigger()
+            sandbox.clock.advance(sandbox.user_cache.ttl_s)
+
+    probe_with(sandbox, registry, cache_expires)
+    assert registry.misdeclared == ["resolve_user"]
+
+
+def test_a_warm_cache_passes_the_probe_and_the_batch_quarantines_the_resolver(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+    harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
+    harness.probe(registry)
+    assert registry.status("resolve_user") is DeterminismStatus.VERIFIED  # the record's case: the probe misses it
+    gate = ConsistencyGate(registry)
+    call = ProposedCall("resolve_user", {"handle": sandbox.handles[0]})
+    samples = harness.run([call, call])
+    sandbox.directory_sync.trigger()
+    sandbox.clock.advance(sandbox.user_cache.ttl_s)  # the 60 s TTL runs out mid-batch
+    samples += harness.run([call, call, call])
+    verdict = gate.evaluate(samples)
+    assert verdict.decision is PlanDecision.DEFER
+    assert verdict.result_agreement == pytest.approx(0.4)
+    assert registry.status("resolve_user") is DeterminismStatus.QUARANTINED
+    assert registry.misdeclared == ["resolve_user"]
+
+
+def test_fabricated_identifiers_on_an_honest_tool_are_rejected(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+    harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
+    harness.probe(registry)
+    samples = harness.run([ProposedCall("get_order", {"order_id": f"ORD-9{i}77"}) for i in range(5)])
+    assert all(s.error and s.error.startswith("LookupError") for s in samples)
+    verdict = ConsistencyGate(registry).evaluate(samples)
+    assert verdict.decision is PlanDecision.REJECT
+
+
+def test_harness_tags_a_moving_epoch_and_the_gate_fails_closed(sandbox):
+    from guardrail.consistency import EpochNotFixedError
+
+    registry = DeterminismRegistry(sandbox.schemas())
+    snapshots = iter(range(100))
+    harness = DryRunHarness(sandbox.tools, epoch=lambda: f"snap-{next(snapshots) // 3}")
+    samples = harness.run([ProposedCall("get_order", {"order_id": sandbox.order_ids[0]})] * 5)
+    with pytest.raises(EpochNotFixedError):
+        ConsistencyGate(registry).evaluate(samples)
+
+
+def test_harness_turns_tool_failures_and_bad_json_into_observed_errors(sandbox):
+    harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
+    bad_json, unknown, outside = harness.run([
+        ProposedCall("get_order", '{"order_id": '), ProposedCall("no_such_tool", {}),
+        ProposedCall("read_file", {"path": "../../etc/passwd"})])
+    assert bad_json.error.startswith("JSONDecodeError")
+    assert unknown.error.startswith("LookupError")
+    assert outside.error.startswith("PermissionError")
