@@ -100,3 +100,77 @@ def test_an_unreachable_scheduler_is_a_clear_error():
 def test_an_empty_batch_needs_no_task(user_cluster):
     with DaskEngine(address=user_cluster.scheduler_address) as engine:
         assert engine.map(len, []) == []
+
+
+# ----------------------------------------------------------------------------- real batch work through the engines
+@pytest.fixture(scope="module")
+def model_file(sentinel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default step monitor fitted on langgraph7b's healthy episodes (train half), calibrated on the rest."""
+    from monitors.model_file import save_monitor
+    from monitors.monitor import StepMonitor
+
+    healthy = [e for e in read_corpus(sentinel_dir / "langgraph7b").healthy() if e.steps]
+    monitor = StepMonitor().fit(healthy[0::2]).calibrate(healthy[1::2])
+    path = tmp_path_factory.mktemp("model") / "langgraph7b.npz"
+    save_monitor(monitor, path)
+    return path
+
+
+def test_monitor_scores_and_alarms_are_identical_on_local_and_dask(user_cluster, shards, model_file):
+    from guardrail.scale_bench import results_equal, score_shard
+
+    tasks = [{"corpus": shard, "model": str(model_file)} for shard in (shards[0], shards[-1])]
+    local = LocalEngine().map(score_shard, tasks)
+    with DaskEngine(address=user_cluster.scheduler_address) as engine:
+        remote = engine.map(score_shard, tasks)
+    assert results_equal(local, remote)
+    assert [r["episode_ids"] for r in remote] == [r["episode_ids"] for r in local]
+    alarms = sum(a is not None for r in remote for a in r["alarm_steps"])
+    assert 0 < alarms < sum(len(r["alarm_steps"]) for r in remote)  # a real threshold: some alarms, not all
+
+
+def test_results_equal_catches_a_changed_score_an_alarm_or_an_order(shards, model_file):
+    import copy
+
+    from guardrail.scale_bench import results_equal, score_shard
+
+    reference = [score_shard({"corpus": shards[-1], "model": str(model_file)})]
+    assert results_equal(reference, copy.deepcopy(reference))
+    nudged = copy.deepcopy(reference)
+    nudged[0]["scores"][3][-1] += 1e-6
+    moved_alarm = copy.deepcopy(reference)
+    moved_alarm[0]["alarm_steps"][0] = 99
+    swapped = copy.deepcopy(reference)
+    swapped[0]["episode_ids"][:2] = swapped[0]["episode_ids"][1::-1]
+    assert not any(results_equal(reference, bad) for bad in (nudged, moved_alarm, swapped, []))
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_verify_cli_gives_the_same_records_on_dask_and_local(user_cluster, sentinel_dir, capsys):
+    from guardrail.cli import main
+
+    corpus = str(sentinel_dir / "organic_demo7b_cold")
+    assert main(["verify", corpus, "--json"]) in (0, 1)
+    local = _json_lines(capsys.readouterr().out)
+    assert main(["verify", corpus, "--json", "--engine", "dask", "--address", user_cluster.scheduler_address]) in (0, 1)
+    remote = _json_lines(capsys.readouterr().out)
+    assert len(local) == 120 and remote == local
+
+
+def test_scale_bench_reports_each_configuration_with_the_equality_check(user_cluster, shards, model_file, capsys):
+    from guardrail.cli import main
+
+    code = main(["bench", "scale", "--corpus", shards[-1], shards[1], "--model", str(model_file), "--address",
+                 user_cluster.scheduler_address, "--repeats", "1", "--json"])
+    rows = _json_lines(capsys.readouterr().out)
+    assert code == 0
+    assert [(r["engine"], r["workers"]) for r in rows] == [("local", 1), ("dask", 2)]
+    expected = sum(len(read_corpus(s).episodes) for s in (shards[-1], shards[1]))
+    for row in rows:
+        assert list(row)[:5] == ["engine", "workers", "episodes", "episodes_per_s", "equal_to_local"]
+        assert row["episodes"] == expected and row["equal_to_local"] is True and row["episodes_per_s"] > 0
