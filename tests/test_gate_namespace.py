@@ -13,6 +13,8 @@ from guardrail.statemirror import Gate, Outcome
 from guardrail.statemirror.index import ModuleIndex, module_symbols, target_python
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
+# Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).
+BUDGET_S = 10.0
 
 
 @pytest.fixture
@@ -22,7 +24,7 @@ def proj(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gate(proj: Path) -> Gate:
-    return Gate(proj)
+    return Gate(proj, budget_s=BUDGET_S)
 
 
 def outcomes(gate: Gate, code: str) -> dict[tuple[str, tuple[object, ...]], Outcome]:
@@ -88,7 +90,7 @@ def test_compiled_extension_names_are_unknown(proj: Path) -> None:
 
     suffix = Path(_json.__file__).name[len("_json"):] if getattr(_json, "__file__", None) else ".so"
     (proj / f"fastext{suffix}").write_bytes(b"\x7fELF not really")
-    found = outcomes(Gate(proj), "from fastext import anything")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "from fastext import anything")
     assert found[("importable", ("fastext",))] is Outcome.TRUE
     assert found[("symbol_defined", ("fastext", "anything"))] is Outcome.UNKNOWN
 
@@ -114,7 +116,7 @@ def test_stdlib_and_installed_packages_resolve_on_target_sys_path(gate: Gate) ->
 def test_script_dir_not_cwd_is_on_path_for_a_script(proj: Path) -> None:
     (proj / "tools").mkdir()
     (proj / "tools" / "runner.py").write_text("import pkg\n")  # pkg is next to cwd, not next to the script
-    report = Gate(proj).check({"kind": "shell", "command": "python tools/runner.py"})
+    report = Gate(proj, budget_s=BUDGET_S).check({"kind": "shell", "command": "python tools/runner.py"})
     assert [v.predicate.args for v in report.violations] == [("pkg",)]
     assert not report.blocking  # inside a script the action runs: a diagnostic, never blocks
 
@@ -126,7 +128,7 @@ def test_python_m_needs_a_main_module(gate: Gate) -> None:
 
 
 def test_symbol_table_cache_follows_file_changes(proj: Path) -> None:
-    gate = Gate(proj)
+    gate = Gate(proj, budget_s=BUDGET_S)
     assert gate.check({"kind": "python", "code": "from pkg.core import later"}).hallucinated
     core = proj / "pkg" / "core.py"
     core.write_text(core.read_text() + "\nlater = 1\n")
@@ -138,7 +140,7 @@ def test_star_import_cycle_terminates(proj: Path) -> None:
     (proj / "cyc").mkdir()
     (proj / "cyc" / "__init__.py").write_text("from cyc.a import *\n")
     (proj / "cyc" / "a.py").write_text("from cyc import *\nA = 1\n")
-    found = outcomes(Gate(proj), "from cyc import A, B")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "from cyc import A, B")
     assert found[("symbol_defined", ("cyc", "A"))] is Outcome.TRUE
     assert found[("symbol_defined", ("cyc", "B"))] is Outcome.FALSE
 

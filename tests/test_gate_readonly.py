@@ -11,6 +11,9 @@ import pytest
 from guardrail.statemirror import Gate
 from guardrail.statemirror.index import target_python
 
+# Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).
+BUDGET_S = 10.0
+
 
 def tripwire(marker: Path) -> str:
     """Python source that leaves `marker` behind if it is ever executed."""
@@ -52,7 +55,7 @@ ACTIONS = [
 def test_probing_tripwire_workspace_executes_and_writes_nothing(workspace: tuple[Path, Path]) -> None:
     ws, markers = workspace
     before = sorted(p.relative_to(ws) for p in ws.rglob("*"))
-    gate = Gate(ws, cwd=ws)
+    gate = Gate(ws, budget_s=BUDGET_S, cwd=ws)
     reports = [gate.check(action) for action in ACTIONS]
     assert list(markers.iterdir()) == []
     assert sorted(p.relative_to(ws) for p in ws.rglob("*")) == before  # no __pycache__, no files
@@ -82,7 +85,7 @@ def test_target_interpreter_site_code_never_runs(tmp_path: Path) -> None:
     assert any("zz_trap.pth" in hook for hook in target.import_hooks)
     ws = tmp_path / "ws"
     ws.mkdir()
-    report = Gate(ws, python=str(python)).check(
+    report = Gate(ws, budget_s=BUDGET_S, python=str(python)).check(
         {"kind": "python", "code": "from installed_pkg import API, NOPE\nimport from_pth"})
     assert [v.predicate.args for v in report.violations] == [("installed_pkg", "NOPE")]
     assert not marker.exists()

@@ -164,13 +164,22 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
             current.redirects.append((token, target))
             i += 1
         else:
-            if any(ch in token for ch in "$*?[~") and not token.startswith("~/"):
+            if _is_dynamic(token):
                 current.dynamic.add(len(current.words))
             current.words.append(token)
         i += 1
     if current.words or current.redirects:
         commands.append(current)
     return commands
+
+
+def _is_dynamic(word: str) -> bool:
+    """A word whose value is known only at run time: variables, globs (a pytest id's [param] is not a glob)."""
+    if "$" in word or "*" in word or "?" in word:
+        return True
+    if "[" in word and "::" not in word:
+        return True
+    return word.startswith("~") and not word.startswith("~/")
 
 
 def _split_bashlex(text: str) -> list[SimpleCommand] | None:
@@ -195,7 +204,7 @@ def _walk_bashlex(node: object, out: list[SimpleCommand], *, subshell: bool) -> 
                 if getattr(part, "parts", None):
                     cmd.dynamic.add(len(cmd.words))
                     nested.extend(p for p in part.parts if getattr(p, "kind", "") == "commandsubstitution")
-                elif any(ch in part.word for ch in "*?[") :
+                elif _is_dynamic(part.word):
                     cmd.dynamic.add(len(cmd.words))
                 cmd.words.append(part.word)
             elif pkind == "assignment":

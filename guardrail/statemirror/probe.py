@@ -178,10 +178,8 @@ class Prober:
             ancestor = os.path.dirname(ancestor)
         evidence["nearest_dir"] = ancestor
         evidence["siblings"] = sorted(list_dir(ancestor) or ())[:2000]
-        root = self.workspace if path.startswith(self.workspace.rstrip("/") + "/") else ""
-        if root:
-            evidence["workspace_files"] = workspace_files(root, deadline=self.deadline)
-            evidence["workspace"] = root
+        if path.startswith(self.workspace.rstrip("/") + "/"):
+            evidence["workspace"] = self.workspace  # the hint searches it, after probing, on its own budget
         why = f" ({state_error})" if state_error else ""
         return ProbeResult(p, Outcome.FALSE, f"{what} {path} does not exist{why}", evidence)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import difflib
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from guardrail.events import Finding, Severity
 from guardrail.statemirror.predicates import Outcome, ProbeResult
+from guardrail.statemirror.probe import workspace_files
 
 __all__ = ["GateReport", "finding_of", "repair_hint"]
 
@@ -56,12 +58,13 @@ def _path_hint(evidence: dict[str, Any]) -> str | None:
     nearest = str(evidence.get("nearest_dir", ""))
     suggestions = [os.path.join(nearest, s) for s in _close(missing, [str(s) for s in evidence["siblings"]])]
     root = str(evidence.get("workspace", ""))
-    files = [str(f) for f in evidence.get("workspace_files", ()) or ()]
+    # The workspace walk (cached 5 s) runs only for a violation and has its own 50 ms budget.
+    files = workspace_files(root, deadline=time.perf_counter() + 0.05) if root else []
     if root and files and missing:
         by_name: dict[str, list[str]] = {}
         for rel in files:
             by_name.setdefault(os.path.basename(rel), []).append(rel)
-        for close_name in _close(missing, list(by_name), n=3):
+        for close_name in _close(missing, list(by_name), n=3, cutoff=0.7):
             for rel in sorted(by_name[close_name], key=len)[:2]:
                 suggestion = os.path.join(root, rel)
                 if suggestion not in suggestions:
