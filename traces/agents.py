@@ -20,7 +20,7 @@ from guardrail.events import Episode, Step, StepKind, ToolEvent
 from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
 from traces.policy import Policy
 from traces.tasks import Task
-from traces.tools import ToolBox, ToolCallRecord, booking_tools
+from traces.tools import BOOKING_TOOLS, ToolBox, ToolCallRecord, booking_tools
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -85,7 +85,7 @@ def _episode(task: Task, steps: list[Step], *, framework: str, model: str, episo
         task=task.prompt,
         framework=framework,
         model=model,
-        tools=list(task.tools),
+        tools=list(BOOKING_TOOLS),
         meta={"seed": policy.seed, "task_id": task.task_id, "task_kind": task.kind,
               "required_calls": task.required_counts, "expected_total": task.expected_total,
               "ground_truth": task.ground_truth(), **meta},
@@ -109,7 +109,7 @@ def build_langgraph_agent(task: Task, policy: Policy, *, toolbox: ToolBox, check
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
-    return create_agent(model or ScriptedChatModel(policy=policy), tools=toolbox.langchain_tools(task.tools),
+    return create_agent(model or ScriptedChatModel(policy=policy), tools=toolbox.langchain_tools(BOOKING_TOOLS),
                         system_prompt=SYSTEM_PROMPT, middleware=list(middleware),
                         checkpointer=checkpointer if checkpointer is not None else InMemorySaver())
 
@@ -164,7 +164,7 @@ def build_autogen_agent(task: Task, policy: Policy, *, toolbox: ToolBox, workben
     from autogen_core.tools import StaticWorkbench
 
     model_client = client or ScriptedChatCompletionClient(policy)
-    bench = workbench if workbench is not None else StaticWorkbench(toolbox.autogen_tools(task.tools))
+    bench = workbench if workbench is not None else StaticWorkbench(toolbox.autogen_tools(BOOKING_TOOLS))
     agent = AssistantAgent("booking_agent", model_client=model_client, workbench=bench, system_message=SYSTEM_PROMPT,
                            max_tool_iterations=policy.max_steps + 2, reflect_on_tool_use=False)
     return agent, model_client

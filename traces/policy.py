@@ -240,7 +240,7 @@ class Policy:
         lead = rng.choice([f"The total is {amount}.", f"Total: {amount}.", f"It comes to {amount} in total.",
                            f"Answer: {amount}.", f"The total cost is {amount} USD."])
         pieces = [lead]
-        if rng.random() < 0.6:
+        if rng.random() < 0.6 or invented:  # a model that made a figure up states it as fact
             pieces.append("Breakdown: " + "; ".join(combination.parts) + ".")
         missing = [c for c in given_up if c.key not in invented]
         if missing:
@@ -261,7 +261,7 @@ class Policy:
         logprobs = []
         for token in tokens:
             margin = rng.gauss(base - confusion - (1.2 if token[:1].isdigit() else 0.0), 1.2)
-            logprobs.append(-math.log1p((self.vocabulary - 1) * math.exp(-margin)))
+            logprobs.append(round(-math.log1p((self.vocabulary - 1) * math.exp(-margin)), 5))
         return Reply(text=text, tool_calls=calls, tokens=tokens, logprobs=logprobs)
 
 

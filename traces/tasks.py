@@ -99,6 +99,11 @@ def _num(value: float | str | None) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
+def _money(value: float | str | None) -> str:
+    """A figure as the answer writes it; a value never received is said to be unknown, not $0."""
+    return "unknown" if value is None or isinstance(value, str) else f"${format_number(value)}"
+
+
 def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
@@ -170,10 +175,9 @@ class RouteGoal(Goal):
         total = best + n * _num(hotel)
         fl = [[format_number(_num(v)) for v in pair] for pair in legs]
         expression = f"min({fl[0][0]} + {fl[0][1]}, {fl[1][0]} + {fl[1][1]}) + {n} * {format_number(_num(hotel))}"
-        parts = [f"{o}->{a}->{d} ${format_number(sum(_num(v) for v in legs[0]))}",
-                 f"{o}->{b}->{d} ${format_number(sum(_num(v) for v in legs[1]))}",
-                 f"cheaper via {best_via}",
-                 f"{n} nights at ${format_number(_num(hotel))}"]
+        sums = [None if any(v is None for v in pair) else sum(_num(v) for v in pair) for pair in legs]
+        parts = [f"{o}->{a}->{d} {_money(sums[0])}", f"{o}->{b}->{d} {_money(sums[1])}",
+                 f"cheaper via {best_via}", f"{n} nights at {_money(hotel)}"]
         return Combination(total, expression, parts)
 
 
@@ -203,13 +207,14 @@ class TourGoal(Goal):
 
     def combine(self, values: Mapping[str, float | str | None]) -> Combination:
         ring = (*self.stops, self.stops[0])
-        flights = [_num(values.get(f"flight:{a}>{b}")) for a, b in zip(ring, ring[1:], strict=False)]
-        hotels = [_num(values.get(f"hotel:{c}")) for c in self.stops[1:]]
+        flight_values = [values.get(f"flight:{a}>{b}") for a, b in zip(ring, ring[1:], strict=False)]
+        hotel_values = [values.get(f"hotel:{c}") for c in self.stops[1:]]
+        flights, hotels = [_num(v) for v in flight_values], [_num(v) for v in hotel_values]
         total = sum(flights) + self.nights * sum(hotels)
         expression = f"({' + '.join(format_number(f) for f in flights)}) + {self.nights} * " \
                      f"({' + '.join(format_number(h) for h in hotels)})"
-        parts = [f"flights ${format_number(sum(flights))}",
-                 f"hotels {self.nights} nights x ${format_number(sum(hotels))}"]
+        parts = [f"flights {_money(None if None in flight_values else sum(flights))}",
+                 f"hotels {self.nights} nights x {_money(None if None in hotel_values else sum(hotels))}"]
         if self.check_weather:
             parts.append("weather: " + ", ".join(f"{c} {values.get(f'weather:{c}') or 'unknown'}"
                                                  for c in self.stops[1:]))
@@ -242,7 +247,7 @@ class PickGoal(Goal):
         total = self.nights * price
         return Combination(total, f"{self.nights} * {format_number(price)}",
                            [f"{city} is {values.get(f'weather:{city}') or 'unknown'}",
-                            f"{self.nights} nights at ${format_number(price)} in {city}"])
+                            f"{self.nights} nights at {_money(price if pool else None)} in {city}"])
 
 
 @dataclass(frozen=True)
@@ -263,7 +268,7 @@ class CatalogGoal(Goal):
         priced = [(q, name, _num(values.get(f"item:{name}"))) for q, name in self.items]
         total = sum(q * p for q, _, p in priced)
         return Combination(total, " + ".join(f"{q} * {format_number(p)}" for q, _, p in priced),
-                           [f"{q} x {name} at ${format_number(p)}" for q, name, p in priced])
+                           [f"{q} x {name} at {_money(values.get(f'item:{name}'))}" for q, name in self.items])
 
 
 @dataclass(frozen=True)
@@ -291,8 +296,9 @@ class BaggageGoal(Goal):
         total = out + back + 2 * self.bags * fee
         return Combination(total, f"{format_number(out)} + {format_number(back)} + 2 * {self.bags} * "
                                   f"{format_number(fee)}",
-                           [f"fares ${format_number(out)} + ${format_number(back)}",
-                            f"{self.bags} bags x 2 legs at ${format_number(fee)}"])
+                           [f"fares {_money(values.get(f'flight:{self.origin}>{self.destination}'))} + "
+                            f"{_money(values.get(f'flight:{self.destination}>{self.origin}'))}",
+                            f"{self.bags} bags x 2 legs at {_money(values.get('fee:checked_bag'))}"])
 
 
 @dataclass(frozen=True)
@@ -319,8 +325,9 @@ class TravellersGoal(Goal):
         back = _num(values.get(f"flight:{self.destination}>{self.origin}"))
         return Combination(count * (out + back), f"{format_number(count)} * ({format_number(out)} + "
                                                  f"{format_number(back)})",
-                           [f"{format_number(count)} travellers", f"fares ${format_number(out)} + "
-                                                                  f"${format_number(back)}"])
+                           [f"{format_number(count)} travellers",
+                            f"fares {_money(values.get(f'flight:{self.origin}>{self.destination}'))} + "
+                            f"{_money(values.get(f'flight:{self.destination}>{self.origin}'))}"])
 
 
 def parse_goal(text: str) -> Goal | None:

@@ -145,7 +145,8 @@ def evaluate_expression(expression: str) -> float:
     """Evaluate an arithmetic expression safely (numbers, + - * / // % **, min/max/round/abs/sum); raise ValueError."""
     if len(expression) > MAX_ARG_CHARS:
         raise ValueError(f"expression longer than {MAX_ARG_CHARS} characters")
-    cleaned = expression.replace("$", "").replace(",", "")
+    # Strip currency signs and thousands separators ("$1,250"), keeping the commas between min()/max() arguments.
+    cleaned = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", expression.replace("$", ""))
     try:
         tree = ast.parse(cleaned, mode="eval")
     except SyntaxError as exc:

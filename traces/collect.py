@@ -1,0 +1,172 @@
+"""Collect a labelled corpus from the testbed: tasks, policy, injector, a real agent run, then the labeller.
+
+Everything is derived from the corpus seed and the episode's position, so the same command
+gives the same corpus (apart from timestamps and measured latencies). The requested label of
+each episode is fixed up front (a share of healthy runs, the rest round-robin over the
+failure classes); what is recorded is what happened:
+
+- an injected class is kept with ``tau`` = the step where the first altered result appeared;
+  if the injector never fired (the run ended first) the episode is rejected with that reason;
+- healthy and organic requests are labelled by `traces.labeller` against ground truth; an
+  organic request whose slip left the answer right is rejected, not relabelled healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrail.corpus import Manifest, RejectedEntry, write_corpus
+from guardrail.events import HEALTHY, Episode
+from traces.agents import arun_autogen_episode, match_tool_log, run_langgraph_episode
+from traces.injectors import INJECTED_CLASSES, Injector, make_injector
+from traces.labeller import ORGANIC_CLASSES, grade_episode
+from traces.policy import Policy
+from traces.tasks import Task, make_task
+from traces.tools import BookingDB, ToolBox, booking_tools
+
+__all__ = ["ALL_CLASSES", "FRAMEWORKS", "collect", "collect_episode", "episode_seed", "label_run",
+           "requested_labels", "write_collected"]
+
+ALL_CLASSES = (HEALTHY, *INJECTED_CLASSES, *ORGANIC_CLASSES)
+FRAMEWORKS = ("langgraph", "autogen")
+MIN_T = 4
+_SLIP_RATE = {"arithmetic_error": "arithmetic_rate", "incomplete": "skip_rate", "hallucinated": "hallucinate_rate"}
+
+
+def episode_seed(seed: int, index: int) -> int:
+    """A stable per-episode seed (independent of Python's hash randomization)."""
+    return int(hashlib.sha256(f"guardrail-collect:{seed}:{index}".encode()).hexdigest()[:8], 16)
+
+
+def requested_labels(n: int, seed: int, classes: Sequence[str] = ALL_CLASSES, healthy_share: float = 0.4) -> list[str]:
+    """The label asked of each of `n` episodes: `healthy_share` healthy, the rest round-robin, in seeded order."""
+    unknown = [c for c in classes if c not in ALL_CLASSES]
+    if unknown:
+        raise ValueError(f"unknown class(es) {unknown}; choose from {list(ALL_CLASSES)}")
+    failures = [c for c in classes if c != HEALTHY]
+    n_healthy = n if not failures else round(n * healthy_share) if HEALTHY in classes else 0
+    labels = [HEALTHY] * n_healthy + [failures[i % len(failures)] for i in range(n - n_healthy)]
+    random.Random(f"labels:{seed}").shuffle(labels)
+    return labels
+
+
+@dataclass
+class _Runner:
+    """Runs episodes on one framework; AutoGen episodes share one event loop (asyncio.Runner closes it cleanly)."""
+
+    framework: str
+    loop: asyncio.Runner | None = None
+
+    def run(self, task: Any, policy: Policy, toolbox: Any, episode_id: str) -> Episode:
+        if self.framework == "langgraph":
+            return run_langgraph_episode(task, policy, toolbox=toolbox, thread_id=episode_id, episode_id=episode_id)
+        if self.loop is None:
+            self.loop = asyncio.Runner()
+        return self.loop.run(arun_autogen_episode(task, policy, toolbox=toolbox, episode_id=episode_id))
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
+
+
+def collect_episode(framework: str, index: int, requested: str, seed: int, *, db: BookingDB,
+                    runner: _Runner | None = None) -> Episode | RejectedEntry:
+    """Run one episode and label it, or say why it was rejected."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; choose from {FRAMEWORKS}")
+    own_runner = runner is None
+    runner = runner or _Runner(framework)
+    ep_seed = episode_seed(seed, index)
+    episode_id = f"{framework}-{requested}-{index:04d}"
+    task = make_task(ep_seed, db=db)
+    policy = Policy(seed=ep_seed)
+    if requested in _SLIP_RATE:  # an organic request: the policy slips that way for sure, the labeller grades it
+        rates: dict[str, Any] = {_SLIP_RATE[requested]: 1.0}
+        policy = dataclasses.replace(policy, **rates)
+    injector = None
+    if requested in INJECTED_CLASSES:
+        n_calls = sum(task.required_counts.values())
+        onset = random.Random(f"onset:{ep_seed}").randrange(1, max(2, n_calls))
+        injector = make_injector(requested, onset=onset, seed=ep_seed, db=db)
+    toolbox = booking_tools(db, fault=injector)
+    try:
+        episode = runner.run(task, policy, toolbox, episode_id)
+    finally:
+        if own_runner:
+            runner.close()
+    provenance = {"collector": "guardrail collect", "framework": framework, "corpus_seed": seed, "index": index,
+                  "episode_seed": ep_seed, "task_kind": task.kind}
+    return label_run(episode, task, requested, injector=injector, toolbox=toolbox, provenance=provenance)
+
+
+def label_run(episode: Episode, task: Task, requested: str, *, injector: Injector | None, toolbox: ToolBox,
+              provenance: dict[str, Any] | None = None) -> Episode | RejectedEntry:
+    """Label a finished run (see the module docstring), or reject it with the reason."""
+    episode_id = episode.episode_id
+    meta_common = {"requested_label": requested, "task_id": task.task_id}
+    if episode.T < MIN_T:
+        return RejectedEntry(episode_id=episode_id, reason=f"run too short: T={episode.T} < {MIN_T}",
+                             requested_label=requested, meta=meta_common)
+    grade = grade_episode(episode, task)
+    if injector is not None:
+        if not injector.applied:
+            return RejectedEntry(
+                episode_id=episode_id, requested_label=requested, meta={**meta_common, **injector.describe()},
+                reason=f"injector never fired: the run made {len(toolbox.log)} tool call(s) and the onset was "
+                       f"call {injector.onset}")
+        first = min(injector.applied)
+        tau: int | None = next(step for step, record in match_tool_log(episode, toolbox.log) if record.ordinal == first)
+        label = requested
+        extra = {"injection": {**injector.describe(), "first_applied_step": tau}, "outcome": grade.label,
+                 "outcome_reason": grade.reason}
+    else:
+        if requested in ORGANIC_CLASSES and grade.label == HEALTHY:
+            return RejectedEntry(episode_id=episode_id, requested_label=requested, meta=meta_common,
+                                 reason=f"the {requested} slip left the answer correct ({grade.reason})")
+        label, tau = grade.label, grade.tau
+        extra = {"outcome": grade.label, "outcome_reason": grade.reason}
+    episode.label = label
+    episode.tau = tau
+    episode.meta.update({**meta_common, **extra, "provenance": provenance or {}})
+    return episode
+
+
+def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES, healthy_share: float = 0.4,
+            db: BookingDB | None = None, show_progress: bool = True) -> tuple[list[Episode], list[RejectedEntry]]:
+    """Collect `n` requested episodes on `framework`; returns (kept episodes, rejected entries)."""
+    from guardrail.cliutil import progress
+
+    database = db or BookingDB()
+    labels = requested_labels(n, seed, classes, healthy_share)
+    runner = _Runner(framework)
+    kept: list[Episode] = []
+    rejected: list[RejectedEntry] = []
+    try:
+        items: Iterator[tuple[int, str]] = progress(enumerate(labels), desc=f"collect {framework}", total=n,
+                                                     enabled=show_progress)
+        for index, requested in items:
+            outcome = collect_episode(framework, index, requested, seed, db=database, runner=runner)
+            (kept if isinstance(outcome, Episode) else rejected).append(outcome)  # type: ignore[arg-type]
+    finally:
+        runner.close()
+    return kept, rejected
+
+
+def write_collected(out: str | Path, framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES,
+                    healthy_share: float = 0.4, name: str | None = None, show_progress: bool = True) -> Manifest:
+    """Collect and write a corpus to `out` (see `guardrail.corpus.write_corpus`)."""
+    from guardrail import __version__
+
+    episodes, rejected = collect(framework, n, seed, classes=classes, healthy_share=healthy_share,
+                                 show_progress=show_progress)
+    generator = {"tool": "guardrail collect", "guardrail_version": __version__, "framework": framework, "n": n,
+                 "seed": seed, "classes": list(classes), "healthy_share": healthy_share, "model": "scripted-policy"}
+    return write_corpus(out, episodes, name=name or Path(out).name, rejected=rejected, generator=generator)
