@@ -83,7 +83,7 @@ def evaluate(preset: str, split: Split, beta: float = 0.05, time_steps: bool = T
     healthy_alarms = 0
     step_ns: list[int] = []
     for episode in split.test:
-        stream = monitor.start()
+        stream = monitor.start(episode.task)
         scores = []
         for step in episode.steps:
             t0 = time.perf_counter_ns()
@@ -125,7 +125,7 @@ def evaluate(preset: str, split: Split, beta: float = 0.05, time_steps: bool = T
 def _featurize_times(monitor: StepMonitor, episodes: Sequence[Episode]) -> list[int]:
     times = []
     for episode in episodes:
-        stream = monitor.telemetry_.start()
+        stream = monitor.telemetry_.start(episode.task)
         for step in episode.steps:
             t0 = time.perf_counter_ns()
             stream.update(step)

@@ -16,7 +16,6 @@ import numpy as np
 
 __all__ = ["EsnCusum", "EsnCusumStream"]
 
-_MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 
 
 class EsnCusum:
@@ -85,10 +84,12 @@ class EsnCusum:
                 err = np.vstack(residuals[r]) * self.inv_sigma_[self.out_slices_[r]]
                 acc = acc + np.mean(err ** 2, axis=1)
             q[:, c] = acc / self.n_members
-        median = np.median(q, axis=0) if len(q) else np.zeros(len(self.channels_))
-        mad = np.median(np.abs(q - median), axis=0) * _MAD_TO_SIGMA if len(q) else np.ones(len(self.channels_))
-        self.q_median_ = median
-        self.q_scale_ = np.maximum(mad, 1e-6 + 0.1 * np.abs(median))
+        # Standardise by the out-of-fold mean and standard deviation (not median/MAD): q is right-skewed,
+        # and only a mean-centred z gives the CUSUM the negative drift (-kappa) it needs on healthy runs.
+        center = q.mean(axis=0) if len(q) else np.zeros(len(self.channels_))
+        spread = q.std(axis=0) if len(q) else np.ones(len(self.channels_))
+        self.q_center_ = center
+        self.q_scale_ = np.maximum(spread, 1e-6 + 0.1 * np.abs(center))
         self._build_readout(self._solve(per_episode))
         return self
 
@@ -191,19 +192,19 @@ class EsnCusum:
             recurrent[block, block] = self.w_[r]
         self.step_map_ = np.vstack([self.readout_, recurrent])
         self.pool_scaled_ = self.pool_ / self.q_scale_[:, None]
-        self.offset_ = self.q_median_ / self.q_scale_ + self.kappa
+        self.offset_ = self.q_center_ / self.q_scale_ + self.kappa
         self.target_scale_ = self.inv_sigma_
 
     # ------------------------------------------------------------------ state for model files
     def get_state(self) -> dict[str, np.ndarray]:
         return {"w": self.w_, "w_in": self.w_in_, "readout": self.readout_, "inv_sigma": self.inv_sigma_,
-                "q_median": self.q_median_, "q_scale": self.q_scale_}
+                "q_center": self.q_center_, "q_scale": self.q_scale_}
 
     def set_state(self, state: dict[str, np.ndarray], slices: dict[str, slice]) -> None:
         self.channels_ = list(slices)
         self._set_layout(slices, int(state["w_in"].shape[1]))
         self.w_, self.w_in_, self.readout_ = state["w"], state["w_in"], state["readout"]
-        self.inv_sigma_, self.q_median_, self.q_scale_ = state["inv_sigma"], state["q_median"], state["q_scale"]
+        self.inv_sigma_, self.q_center_, self.q_scale_ = state["inv_sigma"], state["q_center"], state["q_scale"]
         self._build_step_map()
 
     def start(self) -> EsnCusumStream:

@@ -38,6 +38,8 @@ def make_detector(name: str, params: dict[str, Any] | None = None) -> Detector:
 class Hybrid:
     """Calibrated fusion of one or more detectors; with one component it is that detector, robust-z scaled."""
 
+    name = "hybrid"
+
     def __init__(self, components: Sequence[str] = ("esn_cusum_max", "delta_mahalanobis"), fusion: str = "max",
                  weights: Sequence[float] | None = None, detector_params: dict[str, dict[str, Any]] | None = None,
                  n_folds: int = 4, random_state: int = 0) -> None:

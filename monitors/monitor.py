@@ -122,13 +122,14 @@ class StepMonitor:
         return self
 
     # ------------------------------------------------------------------ scoring
-    def start(self) -> MonitorStream:
+    def start(self, task: str | None = None) -> MonitorStream:
+        """A per-episode scorer; `task` (the episode's task text, when known) grounds the g channel."""
         if not hasattr(self, "hybrid_"):
             raise RuntimeError("StepMonitor is not fitted: call fit(healthy_episodes) first")
-        return MonitorStream(self)
+        return MonitorStream(self, task)
 
     def score_episode(self, episode: Episode) -> EpisodeScore:
-        stream = self.start()
+        stream = self.start(episode.task)
         scores = [stream.update(step) for step in episode.steps]
         return EpisodeScore(episode.episode_id, scores, max(scores) if scores else float("-inf"),
                             stream.alarm_step, stream.channel_scores())
@@ -139,8 +140,8 @@ class MonitorStream:
 
     __slots__ = ("_features", "_scores", "_threshold", "alarm_step", "last_score", "_t")
 
-    def __init__(self, monitor: StepMonitor) -> None:
-        self._features: TelemetryStream = monitor.telemetry_.start()
+    def __init__(self, monitor: StepMonitor, task: str | None = None) -> None:
+        self._features: TelemetryStream = monitor.telemetry_.start(task)
         self._scores: HybridStream = monitor.hybrid_.start()
         self._threshold = monitor.threshold_
         self.alarm_step: int | None = None

@@ -37,6 +37,7 @@ _WORD = re.compile(r"[a-z][a-z0-9]{2,}")
 _ERROR_WORDS = frozenset({"error", "errors", "exception", "traceback", "unavailable", "timed", "timeout",
                           "retry", "failed", "failure", "denied", "refused", "invalid", "limit", "exceeded"})
 _UNSURE = -2.3  # log(0.1)
+_LOGPROB_FLOOR = 30.0  # a token logprob below -30 carries no more information; bound what a model can emit
 _ERRORISH = re.compile(r"(?i)\b(error|exception|traceback|unavailable|timed out|timeout|too many requests|"
                        r"rate limit|retry|failed|denied|not found)\b|\b(4\d\d|5\d\d)\b")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -68,6 +69,13 @@ def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int) -> np.ndarray:
     vec = counts[:e_dim] - counts[e_dim:]
     norm = math.sqrt(float(vec @ vec))
     return vec / norm if norm > 0 else vec.astype(float)
+
+
+def _bounded(value: float | int | None, cap: float = 1e9) -> float:
+    """A non-negative finite count or duration (None, NaN, negatives -> 0; huge -> cap)."""
+    if value is None or not value > 0:
+        return 0.0
+    return float(min(value, cap))
 
 
 def _words(text: str, cap: int) -> set[str]:
@@ -125,14 +133,18 @@ class Telemetry:
     def dim_(self) -> int:
         return sum(s.stop - s.start for s in self.slices_.values())
 
-    def start(self) -> TelemetryStream:
+    def start(self, task: str | None = None) -> TelemetryStream:
+        """A per-episode stream; `task` seeds the grounding context when the steps do not carry it."""
         if not self.slices_:
             raise RuntimeError("Telemetry is not fitted: call fit(healthy_episodes) first")
-        return TelemetryStream(self)
+        stream = TelemetryStream(self)
+        if task:
+            stream.set_task(task)
+        return stream
 
     def transform(self, episode: Episode) -> np.ndarray:
         """The (T, dim) feature matrix of one episode (the same code path the stream uses)."""
-        stream = self.start()
+        stream = self.start(episode.task)
         out = np.empty((len(episode.steps), self.dim_))
         for t, step in enumerate(episode.steps):
             out[t] = stream.update(step)
@@ -152,6 +164,9 @@ class TelemetryStream:
         self._last_tool: str | None = None
         self._index = 0
         self._slices = [(name, sl) for name, sl in telemetry.slices_.items()]
+
+    def set_task(self, task: str) -> None:
+        self._context = _words(task, self._tel.text_cap)
 
     def update(self, step: Step) -> np.ndarray:
         tel = self._tel
@@ -181,9 +196,14 @@ class TelemetryStream:
             return (0.0, 0.0, 0.0, 0.0)
         # map() over C-level callables keeps the loops out of the interpreter (per-step budget).
         mean = sum(logprobs) / n
+        low = min(logprobs)
+        if not (math.isfinite(mean) and low > -1e6 and max(logprobs) <= 0.0):
+            # Untrusted input: keep only real log-probabilities, bounded, rather than poison every score.
+            logprobs = [max(v, -_LOGPROB_FLOOR) for v in logprobs if math.isfinite(v) and v <= 0.0]
+            return TelemetryStream._uncertainty(logprobs) if logprobs else (0.0, 0.0, 0.0, 0.0)
         var = max(sum(map(operator.mul, logprobs, logprobs)) / n - mean * mean, 0.0)
         unsure = sum(map(_UNSURE.__gt__, logprobs)) / n  # tokens with p < 0.1
-        return (mean, max(min(logprobs), -30.0), math.sqrt(var), unsure)
+        return (max(mean, -_LOGPROB_FLOOR), max(low, -_LOGPROB_FLOOR), min(math.sqrt(var), _LOGPROB_FLOOR), unsure)
 
     def _metadata(self, step: Step, text: str, result: str) -> tuple[float, ...]:
         events = step.tool_events
@@ -193,8 +213,8 @@ class TelemetryStream:
             1.0 if step.kind is StepKind.FINAL else 0.0,
             1.0 if error else 0.0,
             math.log1p(len(text)),
-            math.log1p(max(step.latency_s or 0.0, 0.0)),
-            math.log1p(max(step.output_tokens or 0, 0)),
+            math.log1p(_bounded(step.latency_s)),
+            math.log1p(_bounded(step.output_tokens)),
             float(len(events)),
             math.log1p(len(result)),
         )

@@ -1,0 +1,183 @@
+"""`guardrail fit` and `guardrail score`: per-shard featurization and scoring on a batch engine, closed-form fit here.
+
+Shards are JSON-able descriptors ``{"corpus": path, "ids": [episode ids], ...}``; the per-shard
+functions are top-level so a distributed engine can ship them to its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guardrail.cliutil import Command, emit_json, print_table, progress
+from guardrail.corpus import CorpusError, iter_corpus
+from guardrail.engine import add_engine_arguments, engine_from_args
+from guardrail.events import Episode
+from monitors.calibration import alarm_threshold
+from monitors.model_file import ModelFileError, load_monitor, save_monitor
+from monitors.monitor import PRESETS, StepMonitor
+from monitors.telemetry import Telemetry
+
+__all__ = ["FIT", "SCORE", "featurize_shard", "healthy_stats_shard", "score_shard"]
+
+SHARD_SIZE = 32
+
+
+def _episodes(corpus: str, ids: Sequence[str]) -> list[Episode]:
+    wanted = set(ids)
+    found = {e.episode_id: e for e in iter_corpus(corpus) if e.episode_id in wanted}
+    return [found[i] for i in ids if i in found]
+
+
+def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, int]:
+    """Step counts a shard contributes to the channel decision (how many steps carry logprobs)."""
+    steps = [s for e in _episodes(shard["corpus"], shard["ids"]) for s in e.steps]
+    return {"steps": len(steps), "with_logprobs": sum(1 for s in steps if s.token_logprobs)}
+
+
+def featurize_shard(shard: dict[str, Any]) -> list[list[list[float]]]:
+    """The (T, dim) telemetry of each episode in the shard, as nested lists (JSON-able)."""
+    telemetry = Telemetry(**shard["telemetry"])
+    telemetry.set_channels(shard["channels"])
+    return [telemetry.transform(e).tolist() for e in _episodes(shard["corpus"], shard["ids"])]
+
+
+def score_shard(shard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Score each episode in the shard with the model file at shard["model"]."""
+    monitor = load_monitor(shard["model"])
+    out = []
+    for episode in _episodes(shard["corpus"], shard["ids"]):
+        scored = monitor.score_episode(episode)
+        row = scored.to_json()
+        row["label"] = episode.label
+        row["tau"] = episode.tau
+        row["alarm"] = scored.alarm_step is not None
+        out.append(row)
+    return out
+
+
+def _shards(corpus: str, ids: Sequence[str], **extra: Any) -> list[dict[str, Any]]:
+    return [{"corpus": corpus, "ids": list(ids[i:i + SHARD_SIZE]), **extra} for i in range(0, len(ids), SHARD_SIZE)]
+
+
+def _mapped(engine: Any, fn: Callable[[dict[str, Any]], Any], shards: list[dict[str, Any]], desc: str,
+            show: bool) -> Iterator[Any]:
+    """engine.map in batches so the progress bar moves; results stay in shard order."""
+    batch = max(1, int(getattr(engine, "workers", 1) or 1)) * 2
+    for start in progress(range(0, len(shards), batch), desc=desc, total=math.ceil(len(shards) / batch),
+                          enabled=show):
+        yield from engine.map(fn, shards[start:start + batch])
+
+
+# --------------------------------------------------------------------------- fit
+def _fit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus", nargs="+", help="corpus directories; only their healthy episodes are used")
+    parser.add_argument("-o", "--output", required=True, help="model file to write (.npz)")
+    parser.add_argument("--monitor", default="default", choices=sorted(PRESETS),
+                        help="monitor configuration (default: the one the benchmark stands behind)")
+    parser.add_argument("--beta", type=float, default=0.05, help="false-alarm budget for the threshold (default 0.05)")
+    parser.add_argument("--val-fraction", type=float, default=0.25,
+                        help="share of healthy episodes held out to set the threshold (default 0.25)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_arguments(parser)
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    if not 0.0 < args.val_fraction < 1.0:
+        sys.stderr.write("guardrail fit: --val-fraction must be in (0, 1)\n")
+        return 2
+    train_ids: list[tuple[str, str]] = []
+    val_ids: list[tuple[str, str]] = []
+    rng = np.random.default_rng(args.seed)
+    for corpus in args.corpus:
+        try:
+            healthy = [e.episode_id for e in iter_corpus(corpus) if e.is_healthy and e.steps]
+        except CorpusError as exc:
+            sys.stderr.write(f"guardrail fit: {exc}\n")
+            return 2
+        order = rng.permutation(len(healthy))
+        n_val = max(1, round(args.val_fraction * len(healthy)))
+        val_ids += [(corpus, healthy[i]) for i in order[:n_val]]
+        train_ids += [(corpus, healthy[i]) for i in order[n_val:]]
+    if len(train_ids) < 4 or not val_ids:
+        sys.stderr.write(f"guardrail fit: need at least 5 healthy episodes with steps, found "
+                         f"{len(train_ids) + len(val_ids)}\n")
+        return 2
+    show = not args.quiet
+    monitor = StepMonitor.preset(args.monitor, beta=args.beta)
+    settings = (monitor.telemetry or Telemetry()).get_params()
+    with engine_from_args(args) as engine:
+        train_shards = [s for corpus in args.corpus
+                        for s in _shards(corpus, [i for c, i in train_ids if c == corpus])]
+        counts = list(_mapped(engine, healthy_stats_shard, train_shards, "channels", show))
+        steps = sum(c["steps"] for c in counts)
+        coverage = sum(c["with_logprobs"] for c in counts) / steps if steps else 0.0
+        telemetry = Telemetry(**settings)
+        telemetry.set_channels([c for c in telemetry.channels
+                                if c != "u" or coverage >= telemetry.min_logprob_coverage])
+        channel_info = {"telemetry": settings, "channels": list(telemetry.channels_)}
+        features = [np.asarray(f, dtype=float).reshape(-1, telemetry.dim_)
+                    for shard_features in _mapped(engine, featurize_shard,
+                                                  [{**s, **channel_info} for s in train_shards], "featurize", show)
+                    for f in shard_features]
+        monitor.telemetry_ = telemetry
+        monitor.fit_features([f for f in features if len(f)])
+        # Threshold: score the held-out healthy episodes with the saved model on the same engine.
+        with tempfile.TemporaryDirectory() as tmp:
+            draft = str(Path(tmp) / "draft.npz")
+            save_monitor(monitor, draft)
+            val_shards = [s for corpus in args.corpus
+                          for s in _shards(corpus, [i for c, i in val_ids if c == corpus], model=draft)]
+            scored = list(_mapped(engine, score_shard, val_shards, "calibrate", show))
+        maxima = [row["max_score"] for rows in scored for row in rows]
+    monitor.threshold_ = alarm_threshold(maxima, args.beta)
+    monitor.n_val_ = len(maxima)
+    save_monitor(monitor, args.output, extra={"corpora": [str(c) for c in args.corpus], "monitor": args.monitor})
+    sys.stderr.write(f"wrote {args.output}: {args.monitor} on {len(features)} healthy episodes, channels "
+                     f"{','.join(telemetry.channels_)}, threshold {monitor.threshold_:.4g} "
+                     f"(beta {args.beta} over {len(maxima)} validation episodes)\n")
+    return 0
+
+
+# --------------------------------------------------------------------------- score
+def _score_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus", help="corpus directory to score")
+    parser.add_argument("--model", required=True, help="model file written by `guardrail fit`")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per episode: max score, alarm step, per-channel scores")
+    add_engine_arguments(parser)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    try:
+        load_monitor(args.model)  # fail here, once, with the model file's own message
+        ids = [e.episode_id for e in iter_corpus(args.corpus)]
+    except (ModelFileError, CorpusError, FileNotFoundError) as exc:
+        sys.stderr.write(f"guardrail score: {exc}\n")
+        return 2
+    shards = _shards(args.corpus, ids, model=str(Path(args.model).resolve()))
+    rows: list[dict[str, Any]] = []
+    with engine_from_args(args) as engine:
+        for batch in _mapped(engine, score_shard, shards, "score", not args.json):
+            rows.extend(batch)
+            if args.json:
+                for row in batch:
+                    emit_json(row)
+    if not args.json:
+        print_table([{"episode_id": r["episode_id"], "label": r["label"], "max_score": r["max_score"],
+                      "alarm_step": r["alarm_step"]} for r in rows])
+    return 0
+
+
+FIT = Command(help="fit a step monitor on healthy episodes and write a model file", add_arguments=_fit_arguments,
+              run=_run_fit)
+SCORE = Command(help="score every episode of a corpus with a fitted model", add_arguments=_score_arguments,
+                run=_run_score)

@@ -1,0 +1,60 @@
+"""The Guard layer: streams each step through a fitted StepMonitor and raises an alarm when it crosses the threshold."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from guardrail.events import Episode, Finding, Severity, Step
+from guardrail.layer import EpisodeContext, Layer
+from monitors.completion import completion_finding
+from monitors.monitor import MonitorStream, StepMonitor
+
+__all__ = ["MonitorLayer"]
+
+
+class MonitorLayer(Layer):
+    """`MonitorLayer(model)`: `on_step` records the streaming score and returns one alarm finding at the first crossing.
+
+    `model` is a fitted, calibrated `StepMonitor` or the path of a model file. With
+    ``check_completion=True`` (default) `on_finish` also warns when the run ended without an answer.
+    """
+
+    name = "monitor"
+
+    def __init__(self, model: StepMonitor | str | os.PathLike[str], *, check_completion: bool = True) -> None:
+        if not isinstance(model, StepMonitor):
+            from monitors.model_file import load_monitor
+
+            model = load_monitor(model)
+        if not hasattr(model, "hybrid_"):
+            raise ValueError("MonitorLayer needs a fitted StepMonitor (fit it, or load a model file)")
+        self.model = model
+        self.check_completion = check_completion
+
+    def new_state(self, ctx: EpisodeContext) -> MonitorStream:
+        return self.model.start(ctx.task)
+
+    def on_step(self, ctx: EpisodeContext, step: Step) -> Iterable[Finding] | None:
+        stream: MonitorStream = ctx.state(self)
+        already = stream.alarmed
+        score = stream.update(step)
+        ctx.record_score(self, score)
+        if already or not stream.alarmed:
+            return None
+        evidence: dict[str, Any] = {"threshold": self.model.threshold_, "scores": stream.channel_scores()}
+        return [Finding(
+            layer=self.name, check="step_monitor", severity=Severity.ALARM, step=step.index, score=score,
+            message=(f"Step {step.index}: the trajectory left the healthy range (score {score:.3g} > threshold "
+                     f"{self.model.threshold_:.3g})."),
+            evidence=evidence,
+            hint="the run may be looping, cascading tool errors or working from corrupted results; "
+                 "consider rolling back to the last checkpoint",
+        )]
+
+    def on_finish(self, ctx: EpisodeContext, episode: Episode) -> Iterable[Finding] | None:
+        if not self.check_completion:
+            return None
+        finding = completion_finding(episode, layer=self.name)
+        return [finding] if finding else None

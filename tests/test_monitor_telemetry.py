@@ -1,0 +1,104 @@
+"""The telemetry featurizer: channel layout, deterministic hashing, grounding features, bounded work on bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from guardrail.events import Episode, Step, StepKind, ToolEvent
+from monitors.telemetry import Telemetry, _hash_trigrams
+from tests.fuzzing import FUZZ, json_values, nasty_text
+
+
+def _tool_step(index: int, name: str, args: dict, result: str, *, logprobs: list[float] | None = None,
+               error: bool = False) -> Step:
+    return Step(index=index, kind=StepKind.TOOL_CALL, text=f"[{name}({args}) -> {result}]",
+                tool_events=[ToolEvent(name=name, args=args, result=result, is_error=error)],
+                token_logprobs=logprobs or [], latency_s=0.4, output_tokens=20, error=error)
+
+
+def _episode(i: int, logprobs: bool) -> Episode:
+    lp = [-0.1, -0.5, -3.0] if logprobs else None
+    steps = [
+        _tool_step(0, "lookup_flight", {"origin": "Prague", "destination": "Lisbon"}, "Prague to Lisbon: $370",
+                   logprobs=lp),
+        _tool_step(1, "lookup_hotel", {"city": "Lisbon"}, "Lisbon hotel $49/night", logprobs=lp),
+        Step(index=2, kind=StepKind.FINAL, text=f"Total for Lisbon: ${370 + 3 * 49 + i}", token_logprobs=lp or []),
+    ]
+    return Episode(episode_id=f"ep{i}", steps=steps, task="Price a trip from Prague to Lisbon with 3 hotel nights")
+
+
+def test_uncertainty_channel_is_dropped_when_the_deployment_has_no_logprobs() -> None:
+    without = Telemetry().fit([_episode(i, logprobs=False) for i in range(4)])
+    with_lp = Telemetry().fit([_episode(i, logprobs=True) for i in range(4)])
+    assert without.channels_ == ("e", "m", "g")
+    assert with_lp.channels_ == ("e", "u", "m", "g")
+    assert with_lp.dim_ == without.dim_ + 4
+
+
+def test_feature_vector_has_the_fitted_layout_and_is_finite() -> None:
+    telemetry = Telemetry().fit([_episode(i, logprobs=True) for i in range(4)])
+    features = telemetry.transform(_episode(9, logprobs=True))
+    assert features.shape == (3, telemetry.dim_)
+    assert np.isfinite(features).all()
+    e = features[0, telemetry.slices_["e"]]
+    assert math.isclose(float(np.linalg.norm(e)), 1.0)
+
+
+def test_trigram_hash_is_deterministic_and_content_sensitive() -> None:
+    a = _hash_trigrams("lookup_flight -> $370", 32, 27, 1024)
+    assert np.array_equal(a, _hash_trigrams("lookup_flight -> $370", 32, 27, 1024))
+    assert not np.array_equal(a, _hash_trigrams("service unavailable (HTTP 503)", 32, 27, 1024))
+    # Fixed values: the hash does not depend on PYTHONHASHSEED or the process.
+    assert np.count_nonzero(a) > 5
+
+
+def test_text_beyond_the_cap_is_not_hashed() -> None:
+    head = "x" * 2000
+    assert np.array_equal(_hash_trigrams(head + "A" * 10 + "y" * 2000, 32, 27, 1024),
+                          _hash_trigrams(head + "B" * 10 + "y" * 2000, 32, 27, 1024))
+
+
+def test_grounding_flags_repeated_calls_and_irrelevant_results() -> None:
+    telemetry = Telemetry().fit([_episode(i, logprobs=False) for i in range(4)])
+    g = telemetry.slices_["g"]
+    stream = telemetry.start("Find recent papers on optical flow")
+    on_topic = stream.update(_tool_step(0, "search", {"query": "optical flow"}, "Optical flow estimation survey"))[g]
+    off_topic = stream.update(_tool_step(1, "search", {"query": "optical flow"}, "Sourdough bread needs a starter"))[g]
+    assert on_topic[0] == 1.0 and off_topic[0] == 0.0  # lexical relevance of the result to the call
+    assert on_topic[2] == 0.0 and off_topic[2] == 1.0  # the identical call was made before
+
+
+def test_error_shaped_result_is_flagged() -> None:
+    telemetry = Telemetry().fit([_episode(i, logprobs=False) for i in range(4)])
+    g = telemetry.slices_["g"]
+    x = telemetry.start().update(_tool_step(0, "lookup", {"city": "Oslo"}, "Error: service unavailable (HTTP 503)."))
+    assert x[g][4] == 1.0
+
+
+def test_fit_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="power of two"):
+        Telemetry(e_dim=24).fit([_episode(0, False)])
+    with pytest.raises(ValueError, match="unknown channel"):
+        Telemetry(channels=("e", "z")).fit([_episode(0, False)])
+
+
+@FUZZ
+@given(text=nasty_text, args=json_values, result=st.none() | nasty_text,
+       logprobs=st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=8),
+       latency=st.none() | st.floats(allow_nan=True, allow_infinity=True))
+def test_featurizer_survives_any_step(text: str, args: object, result: str | None, logprobs: list[float],
+                                      latency: float | None) -> None:
+    telemetry = Telemetry(channels=("e", "u", "m", "g"))
+    telemetry.set_channels(("e", "u", "m", "g"))
+    step = Step(index=0, kind=StepKind.TOOL_CALL, text=text, token_logprobs=logprobs, latency_s=latency,
+                tool_events=[ToolEvent(name="t", args=args, result=result)])
+    stream = telemetry.start(text)
+    for _ in range(2):
+        x = stream.update(step)
+        assert x.shape == (telemetry.dim_,)
+        assert np.isfinite(x).all()
