@@ -28,9 +28,11 @@ from guardrail.consistency.decision import (
     PlanSample,
     PlanVerdict,
     classify_plan,
+    modal_index,
     pairwise_agreement,
 )
 from guardrail.consistency.errors import ConsistencyError, EpochNotFixedError, HallucinationGateError
+from guardrail.consistency.harness import DryRunHarness, ProposedCall
 from guardrail.consistency.layer import SelfConsistencyLayer
 from guardrail.consistency.registry import (
     DeterminismRegistry,
@@ -50,6 +52,7 @@ __all__ = [
     "ConsistencyGate",
     "DeterminismRegistry",
     "DeterminismStatus",
+    "DryRunHarness",
     "EpochNotFixedError",
     "EpochSource",
     "GateThresholds",
@@ -58,6 +61,7 @@ __all__ = [
     "PlanSample",
     "PlanVerdict",
     "ProbeOutcome",
+    "ProposedCall",
     "SelfConsistencyLayer",
     "ToolRunner",
     "ToolSchema",
@@ -66,6 +70,7 @@ __all__ = [
     "canonical_result",
     "canonicalize",
     "classify_plan",
+    "modal_index",
     "pairwise_agreement",
     "read_epoch",
 ]

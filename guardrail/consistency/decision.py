@@ -20,6 +20,7 @@ __all__ = [
     "PlanSample",
     "PlanVerdict",
     "classify_plan",
+    "modal_index",
     "pairwise_agreement",
 ]
 
@@ -126,6 +127,22 @@ def pairwise_agreement(counts: Iterable[int]) -> float:
     return sum(c * (c - 1) for c in sizes) / (n * (n - 1))
 
 
+def _argument_keys(samples: Sequence[PlanSample], registry: DeterminismRegistry) -> list[tuple[str, bytes]]:
+    keys = []
+    for sample in samples:
+        schema = registry.schema(sample.tool)
+        unordered = schema.unordered_args if schema is not None else frozenset()
+        keys.append((sample.tool or "", canonical_args(sample.args, unordered=unordered)))
+    return keys
+
+
+def modal_index(samples: Sequence[PlanSample], registry: DeterminismRegistry) -> int:
+    """Index of the first sample whose canonical call is the most common one (the plan to run if accepted)."""
+    keys = _argument_keys(samples, registry)
+    modal_key, _ = Counter(keys).most_common(1)[0]
+    return keys.index(modal_key)
+
+
 def _check_epoch(samples: Sequence[PlanSample]) -> str:
     epochs = {sample.epoch for sample in samples}
     if None in epochs:
@@ -160,11 +177,7 @@ def classify_plan(samples: Sequence[PlanSample], registry: DeterminismRegistry,
     epoch = _check_epoch(samples)
 
     # The one parse-and-canonicalize pass per sample: its arguments now, its result below.
-    keys: list[tuple[str, bytes]] = []
-    for sample in samples:
-        schema = registry.schema(sample.tool)
-        unordered = schema.unordered_args if schema is not None else frozenset()
-        keys.append((sample.tool or "", canonical_args(sample.args, unordered=unordered)))
+    keys = _argument_keys(samples, registry)
     counts = Counter(keys)
     modal_key, _ = counts.most_common(1)[0]  # ties go to the first seen
     chosen_index = keys.index(modal_key)

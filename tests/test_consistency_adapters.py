@@ -1,0 +1,187 @@
+"""Sampling N plans per step on a real LangChain v1 agent (LangGraph underneath) and a real AutoGen agent."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.messages import TextMessage, ToolCallSummaryMessage
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, ModelInfo, RequestUsage
+from autogen_ext.models.replay import ReplayChatCompletionClient
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+
+from adapters.sampling import SamplingChatCompletionClient, SelfConsistencyMiddleware
+from guardrail.consistency import (
+    ConsistencyGate,
+    DeterminismRegistry,
+    DryRunHarness,
+    HallucinationGateError,
+    SelfConsistencyLayer,
+    ToolSchema,
+)
+from guardrail.events import Verdict
+from guardrail.guard import Guard
+
+ORDERS = {"ORD-1": {"id": "ORD-1", "status": "shipped"}, "ORD-2": {"id": "ORD-2", "status": "paid"}}
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """The order record for `order_id`."""
+    if order_id not in ORDERS:
+        raise LookupError(f"no order {order_id!r}")
+    return ORDERS[order_id]
+
+
+class ScriptedChatModel(GenericFakeChatModel):
+    """Replays scripted turns; `bind_tools` returns itself. Counts the calls made."""
+
+    calls: int = 0
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return super()._generate(*args, **kwargs)
+
+
+def get_order_call(order_id: str, call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": "get_order", "args": {"order_id": order_id}, "id": call_id}])
+
+
+def gated_guard(mode: str = "intervene") -> tuple[Guard, SelfConsistencyLayer, DryRunHarness]:
+    registry = DeterminismRegistry([ToolSchema("get_order", deterministic=True, probe_args={"order_id": "ORD-1"})])
+    harness = DryRunHarness({"get_order": lookup_order}, epoch="orders-snapshot-1")
+    harness.probe(registry)
+    layer = SelfConsistencyLayer(ConsistencyGate(registry))
+    return Guard([layer], mode=mode), layer, harness  # type: ignore[arg-type]
+
+
+def langchain_agent(turns: list[AIMessage], *, strict: bool = False, mode: str = "intervene"):
+    guard, layer, harness = gated_guard(mode)
+    ctx = guard.start_episode(task="status of my order", framework="langchain")
+    executed: list[str] = []
+
+    @tool
+    def get_order(order_id: str) -> str:
+        """Look up an order by id."""
+        executed.append(order_id)
+        return json.dumps(lookup_order(order_id))
+
+    model = ScriptedChatModel(messages=iter(turns))
+    middleware = SelfConsistencyMiddleware(guard, layer, harness, episode=ctx, n=5, strict=strict)
+    agent = create_agent(model, [get_order], middleware=[middleware])
+    return agent, model, layer, ctx, executed, middleware
+
+
+def test_langchain_agent_runs_the_call_its_samples_agree_on():
+    turns = [get_order_call("ORD-1", f"c{i}") for i in range(5)] + [AIMessage(content="It shipped.")] * 5
+    agent, model, layer, ctx, executed, middleware = langchain_agent(turns)
+    out = agent.invoke({"messages": [("user", "where is ORD-1?")]})
+    assert model.calls == 10  # 5 candidates per model call, two model calls
+    assert executed == ["ORD-1"]  # the agent ran the agreed call once, for real
+    assert out["messages"][-1].content == "It shipped."
+    assert [v.decision.value for v in layer.verdicts(ctx)] == ["accept"]
+    assert middleware.sampler.steps[0].decision.verdict is Verdict.ALLOW
+
+
+def test_langchain_agent_never_runs_a_call_with_fabricated_arguments():
+    turns = [get_order_call(f"ORD-9{i}", f"c{i}") for i in range(5)]
+    agent, model, layer, ctx, executed, _ = langchain_agent(turns)
+    out = agent.invoke({"messages": [("user", "where is my order?")]})
+    assert executed == []
+    assert not any(isinstance(m, ToolMessage) for m in out["messages"])
+    assert "[guardrail]" in out["messages"][-1].content
+    assert "hallucinated_arguments" in out["messages"][-1].content
+    assert layer.verdicts(ctx)[0].decision.value == "reject"
+
+
+def test_langchain_strict_mode_raises_the_typed_error():
+    turns = [get_order_call(f"ORD-9{i}", f"c{i}") for i in range(5)]
+    agent, *_ = langchain_agent(turns, strict=True)
+    with pytest.raises(HallucinationGateError) as caught:
+        agent.invoke({"messages": [("user", "where is my order?")]})
+    assert caught.value.verdict is not None and caught.value.verdict.arg_agreement == 0.0
+
+
+def test_langchain_report_mode_records_the_finding_and_lets_the_agent_go_on():
+    turns = [get_order_call(f"ORD-{1 + i % 2}", f"c{i}") for i in range(5)] + [AIMessage(content="done")] * 5
+    agent, model, layer, ctx, executed, middleware = langchain_agent(turns, mode="report")
+    agent.invoke({"messages": [("user", "which order?")]})
+    assert executed == ["ORD-1"]  # counts 3 vs 2: agreement 0.4, accepted; the modal call runs
+    assert layer.verdicts(ctx)[0].arg_agreement == pytest.approx(0.4)
+
+
+async def test_langchain_async_agent_is_gated_the_same_way():
+    turns = [get_order_call(f"ORD-9{i}", f"c{i}") for i in range(5)]
+    agent, model, layer, ctx, executed, _ = langchain_agent(turns)
+    out = await agent.ainvoke({"messages": [("user", "where is my order?")]})
+    assert executed == []
+    assert "[guardrail]" in out["messages"][-1].content
+
+
+TOOL_MODEL = ModelInfo(vision=False, function_calling=True, json_output=False, family="unknown",
+                       structured_output=False)
+
+
+def autogen_result(order_id: str, call_id: str) -> CreateResult:
+    return CreateResult(finish_reason="function_calls", cached=False,
+                        usage=RequestUsage(prompt_tokens=10, completion_tokens=5),
+                        content=[FunctionCall(id=call_id, name="get_order",
+                                              arguments=json.dumps({"order_id": order_id}))])
+
+
+def autogen_agent(results: list[CreateResult | str], *, strict: bool = False):
+    guard, layer, harness = gated_guard()
+    ctx = guard.start_episode(task="status of my order", framework="autogen")
+    executed: list[str] = []
+
+    def get_order(order_id: str) -> str:
+        """Look up an order by id."""
+        executed.append(order_id)
+        return json.dumps(lookup_order(order_id))
+
+    client = SamplingChatCompletionClient(ReplayChatCompletionClient(results, model_info=TOOL_MODEL), guard=guard, layer=layer,
+                                          harness=harness, episode=ctx, n=5, strict=strict)
+    return AssistantAgent("worker", model_client=client, tools=[get_order]), layer, ctx, executed
+
+
+async def test_autogen_agent_runs_the_call_its_samples_agree_on():
+    # One sample spells the same arguments differently (key order and spacing): still the same call.
+    results: list[CreateResult | str] = [autogen_result("ORD-2", f"c{i}") for i in range(4)]
+    results.append(CreateResult(finish_reason="function_calls", cached=False,
+                                usage=RequestUsage(prompt_tokens=1, completion_tokens=1),
+                                content=[FunctionCall(id="c4", name="get_order", arguments='{ "order_id" : "ORD-2" }')]))
+    agent, layer, ctx, executed = autogen_agent(results)
+    result = await agent.run(task="where is ORD-2?")
+    assert executed == ["ORD-2"]
+    assert isinstance(result.messages[-1], ToolCallSummaryMessage)
+    assert layer.verdicts(ctx)[0].arg_agreement == 1.0
+
+
+async def test_autogen_agent_never_runs_a_call_with_fabricated_arguments():
+    agent, layer, ctx, executed = autogen_agent([autogen_result(f"ORD-7{i}", f"c{i}") for i in range(5)])
+    result = await agent.run(task="where is my order?")
+    assert executed == []
+    assert isinstance(result.messages[-1], TextMessage)
+    assert "[guardrail]" in result.messages[-1].content
+    assert layer.verdicts(ctx)[0].decision.value == "reject"
+
+
+async def test_autogen_strict_mode_raises_the_typed_error():
+    agent, *_ = autogen_agent([autogen_result(f"ORD-7{i}", f"c{i}") for i in range(5)], strict=True)
+    with pytest.raises(HallucinationGateError):
+        await agent.run(task="where is my order?")
+
+
+async def test_text_only_candidates_pass_through_ungated():
+    agent, layer, ctx, executed = autogen_agent(["It is on its way."] * 5)
+    result = await agent.run(task="hello")
+    assert result.messages[-1].content == "It is on its way."
+    assert layer.verdicts(ctx) == []
