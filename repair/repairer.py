@@ -246,7 +246,12 @@ class Repairer:
     before the flagged step and re-run under `rung` (``adaptive`` by default) until a fork
     passes every check, the circuit breaker trips, or `max_attempts` is spent. Contract
     violations are escalated to `on_escalate` and never retried. In ``report`` mode nothing is
-    re-run: the would-be repair is logged as a ``guardrail.repair`` span with outcome ``logged``.
+    re-run and the breaker ends nothing: the would-be repair is logged as a ``guardrail.repair``
+    span with outcome ``logged``.
+
+    The checkpointer is the graph's own (any LangGraph saver: SQLite by default via
+    `sqlite_checkpointer`, Postgres for many workers); AutoGen agents are driven by an
+    `AutoGenStepLog`, which saves the agent's state with ``save_state`` after every step.
     """
 
     def __init__(
@@ -275,6 +280,10 @@ class Repairer:
     @property
     def intervening(self) -> bool:
         return self.guard.mode == "intervene"
+
+    def _breaker_run(self) -> BreakerRun | None:
+        # Ending a run is an intervention: report mode lets a loop run its course (its findings are still logged).
+        return self.breaker.new_run() if self.breaker is not None and self.intervening else None
 
     def _new_context(self, episode_id: str, task: str | None, framework: str, tools: Collection[str]) -> EpisodeContext:
         return self.guard.start_episode(episode_id, task=task, framework=framework, tools=tools)
@@ -315,7 +324,7 @@ class Repairer:
                       tools: Collection[str] = (), messages_key: str = "messages") -> RepairOutcome:
         """Run a checkpointed LangGraph graph on `inputs` under the Guard, repairing before the answer is returned."""
         episode_id = str(config.get("configurable", {}).get("thread_id") or uuid.uuid4().hex)
-        breaker_run = self.breaker.new_run() if self.breaker else None
+        breaker_run = self._breaker_run()
         ctx = self._new_context(f"{episode_id}:{uuid.uuid4().hex[:8]}", task, "langgraph", tools)
         watch = _Watch(self.guard, ctx, breaker_run, count_from=0, stop_on_flag=self.intervening)
         steps = self._stream_langgraph(graph, graph.stream(inputs, config, stream_mode="values"), config,
@@ -411,7 +420,7 @@ class Repairer:
         """Run an AutoGen AssistantAgent step by step under the Guard (state saved per step), repairing on a flag."""
         log = AutoGenStepLog(agent, max_steps=max_steps)
         episode_id = f"{agent.name}:{uuid.uuid4().hex[:8]}"
-        breaker_run = self.breaker.new_run() if self.breaker else None
+        breaker_run = self._breaker_run()
         ctx = self._new_context(episode_id, task, "autogen", tools)
         watch = _Watch(self.guard, ctx, breaker_run, count_from=0, stop_on_flag=self.intervening)
         run = await log.run(task, on_step=lambda record, step: watch.feed(record.steps()))

@@ -139,7 +139,8 @@ async def test_contract_violation_is_escalated_and_never_retried() -> None:
 
 async def test_circuit_breaker_ends_a_loop_trap_fast() -> None:
     unbounded = Booking(arithmetic_rate=0.0, fault=Looping(onset=0), max_steps=30, max_obeyed_retries=40)
-    outcome = await Repairer(Guard([]), breaker=None).arun_autogen(unbounded.agent, unbounded.task.prompt)
+    # Report mode never ends a run, so the trap runs to the agent's own 30-step limit, as before a breaker.
+    outcome = await Repairer(Guard([], mode="report")).arun_autogen(unbounded.agent, unbounded.task.prompt)
     assert outcome.outcome == "clean" and unbounded.model_calls == 30
 
     trapped = Booking(arithmetic_rate=0.0, fault=Looping(onset=0), max_steps=30, max_obeyed_retries=40)
