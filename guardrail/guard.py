@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,8 @@ from guardrail.events import (
 from guardrail.layer import EpisodeContext, Layer
 
 __all__ = ["Guard", "GuardError", "Mode"]
+
+_log = logging.getLogger("guardrail")
 
 Mode = Literal["report", "intervene"]
 Hook = Literal["before_action", "after_result", "on_step", "on_finish"]
@@ -191,6 +194,14 @@ class Guard:
 
     def _start_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
                     result: Result | None) -> Span:
+        try:
+            return self._open_span(hook, layer, ctx, action, result)
+        except Exception:  # telemetry is never a reason to fail the agent
+            _log.exception("guardrail: starting a span failed; running the layer without one")
+            return trace.INVALID_SPAN
+
+    def _open_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
+                   result: Result | None) -> Span:
         span = self._tracer.start_span(f"guardrail.{layer.name}")
         if span.is_recording():
             span.set_attribute(tm.GUARDRAIL_LAYER, layer.name)
@@ -235,6 +246,13 @@ class Guard:
 
     def _finish_span(self, span: Span, hook: Hook, findings: list[Finding], score: float | None,
                      exc: BaseException | None) -> None:
+        try:
+            self._annotate_span(span, hook, findings, score, exc)
+        except Exception:  # a broken span processor or exporter must never break the agent
+            _log.exception("guardrail: ending a span failed; the decision stands")
+
+    def _annotate_span(self, span: Span, hook: Hook, findings: list[Finding], score: float | None,
+                       exc: BaseException | None) -> None:
         if span.is_recording():
             span.set_attribute(tm.GUARDRAIL_DECISION, self._decide(hook, findings).value)
             span.set_attribute(tm.GUARDRAIL_FINDING_COUNT, len(findings))

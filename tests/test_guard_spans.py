@@ -101,3 +101,21 @@ def test_the_guard_works_with_no_exporter_configured():
     ep = guard.start_episode()
     assert ep.before_action(Action.shell("cat a.csv")).findings
     assert ep.on_step(Step(index=0, kind=StepKind.TEXT)).score == 3.5
+
+
+def test_a_broken_span_processor_never_breaks_the_agent():
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+    class Exploding(SpanProcessor):
+        def on_start(self, span, parent_context=None):
+            raise RuntimeError("processor start failed")
+
+        def on_end(self, span):
+            raise RuntimeError("processor end failed")
+
+    provider = TracerProvider()
+    provider.add_span_processor(Exploding())
+    guard = Guard([Gate(), Monitor()], mode="intervene", tracer=provider.get_tracer("t"))
+    ep = guard.start_episode()
+    assert ep.before_action(Action.shell("cat a.csv")).blocked
+    assert ep.on_step(Step(index=0, kind=StepKind.TEXT)).score == 3.5
