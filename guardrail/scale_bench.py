@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from guardrail.cliutil import Command, emit_json, print_table, progress
-from guardrail.corpus import read_corpus
+from guardrail.corpus import iter_corpus, read_corpus
 from guardrail.engine import LocalEngine, make_engine
 
-__all__ = ["BENCH", "DEFAULT_CACHE", "ShardScores", "ensure_corpus", "results_equal", "score_shard"]
+__all__ = ["BENCH", "DEFAULT_CACHE", "ShardScores", "ensure_corpus", "results_equal", "score_shard", "score_tasks"]
 
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "guardrail" / "scale"
 FRAMEWORKS = ("langgraph", "autogen")
@@ -37,40 +37,28 @@ FIT_EPISODES = 300
 SCORE_RTOL = 1e-9
 SCORE_ATOL = 1e-12
 
-# A shard's scores: {"corpus", "episode_ids", "scores" (per episode, per step), "alarm_steps", "issues"}.
-ShardScores = dict[str, Any]
-
-_MONITORS: dict[tuple[str, float], Any] = {}  # per worker process: model path + mtime -> loaded monitor
+# One shard's result: `monitors.cli.score_shard`'s rows (episode_id, scores per step, max_score, alarm_step, ...).
+ShardScores = list[dict[str, Any]]
 
 
-def _load_monitor(model_path: str) -> Any:
-    """The monitor saved at `model_path`, loaded once per process (a worker scores many shards with it)."""
-    from monitors.model_file import load_monitor
+def score_shard(shard: dict[str, Any]) -> ShardScores:
+    """Score one shard exactly as `guardrail score` does on any engine (the monitor package's own shard function)."""
+    from monitors.cli import score_shard as monitor_score_shard
 
-    key = (model_path, os.path.getmtime(model_path))
-    if key not in _MONITORS:
-        _MONITORS.clear()
-        _MONITORS[key] = load_monitor(model_path)
-    return _MONITORS[key]
+    return monitor_score_shard(shard)
 
 
-def score_shard(shard: dict[str, str]) -> ShardScores:
-    """Score every episode of one corpus shard with the model file; runs wherever the engine puts it."""
-    monitor = _load_monitor(shard["model"])
-    corpus = read_corpus(shard["corpus"])
-    ids, scores, alarms = [], [], []
-    for episode in corpus.episodes:
-        scored = monitor.score_episode(episode)
-        ids.append(episode.episode_id)
-        scores.append([float(s) for s in scored.scores])
-        alarms.append(scored.alarm_step)
-    return {"corpus": shard["corpus"], "episode_ids": ids, "scores": scores, "alarm_steps": alarms,
-            "issues": len(corpus.issues)}
+def score_tasks(shard_dirs: Sequence[Path], model: Path) -> list[dict[str, Any]]:
+    """One `score_shard` descriptor per corpus directory: the whole directory is the shard, read once by one worker."""
+    return [{"corpus": str(d), "ids": [e.episode_id for e in iter_corpus(d)], "model": str(model)}
+            for d in shard_dirs]
 
 
 def warm_worker(model_path: str) -> bool:
-    """Import and load what scoring needs, so a timed run measures scoring, not start-up."""
-    _load_monitor(model_path)
+    """Import and load what scoring needs, so a timed run measures scoring, not process start-up and imports."""
+    from monitors.model_file import load_monitor
+
+    load_monitor(model_path)
     return True
 
 
@@ -78,13 +66,15 @@ def results_equal(expected: Sequence[ShardScores], got: Sequence[ShardScores]) -
     """Same shards, same episodes in the same order, same alarm steps, per-step scores equal to float tolerance."""
     if len(expected) != len(got):
         return False
-    for a, b in zip(expected, got, strict=True):
-        if a["corpus"] != b["corpus"] or a["episode_ids"] != b["episode_ids"]:
+    for rows_a, rows_b in zip(expected, got, strict=True):
+        if [r["episode_id"] for r in rows_a] != [r["episode_id"] for r in rows_b]:
             return False
-        if a["alarm_steps"] != b["alarm_steps"]:
-            return False
-        for sa, sb in zip(a["scores"], b["scores"], strict=True):
-            if len(sa) != len(sb) or not np.allclose(sa, sb, rtol=SCORE_RTOL, atol=SCORE_ATOL, equal_nan=True):
+        for a, b in zip(rows_a, rows_b, strict=True):
+            if a["alarm_step"] != b["alarm_step"] or len(a["scores"]) != len(b["scores"]):
+                return False
+            if not np.allclose(a["scores"], b["scores"], rtol=SCORE_RTOL, atol=SCORE_ATOL, equal_nan=True):
+                return False
+            if not np.isclose(a["max_score"], b["max_score"], rtol=SCORE_RTOL, atol=SCORE_ATOL, equal_nan=True):
                 return False
     return True
 
@@ -181,16 +171,14 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         shard_dirs, root = ensure_corpus(cache, episodes=args.episodes, shard_size=args.shard_size, seed=args.seed)
         model = Path(args.model) if args.model else fit_model(root)
-    shards = [{"corpus": str(d), "model": str(model)} for d in shard_dirs]
-    for d in progress(shard_dirs, desc="warming the page cache", enabled=not args.json):
-        for f in d.iterdir():
-            f.read_bytes()  # every configuration then reads the same warm files
+    # Reading every shard once here also warms the page cache, so every configuration reads the same warm files.
+    shards = score_tasks(list(progress(shard_dirs, desc="listing shards", enabled=not args.json)), model)
 
     rows = []
     local_engine = LocalEngine()
     warm_worker(str(model))
     local, seconds = _timed(partial(local_engine.map, score_shard, shards), args.repeats)
-    n_episodes = sum(len(r["episode_ids"]) for r in local)
+    n_episodes = sum(len(rows) for rows in local)
     rows.append(_row("local", 1, n_episodes, seconds, True, shards=len(shards), startup_s=0.0))
     if args.json:
         emit_json(rows[-1])

@@ -117,31 +117,31 @@ def model_file(sentinel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def test_monitor_scores_and_alarms_are_identical_on_local_and_dask(user_cluster, shards, model_file):
-    from guardrail.scale_bench import results_equal, score_shard
+    from guardrail.scale_bench import results_equal, score_shard, score_tasks
 
-    tasks = [{"corpus": shard, "model": str(model_file)} for shard in (shards[0], shards[-1])]
+    tasks = score_tasks([Path(shards[0]), Path(shards[-1])], model_file)
     local = LocalEngine().map(score_shard, tasks)
     with DaskEngine(address=user_cluster.scheduler_address) as engine:
         remote = engine.map(score_shard, tasks)
     assert results_equal(local, remote)
-    assert [r["episode_ids"] for r in remote] == [r["episode_ids"] for r in local]
-    alarms = sum(a is not None for r in remote for a in r["alarm_steps"])
-    assert 0 < alarms < sum(len(r["alarm_steps"]) for r in remote)  # a real threshold: some alarms, not all
+    assert [[r["episode_id"] for r in rows] for rows in remote] == [t["ids"] for t in tasks]
+    alarms = [r["alarm_step"] is not None for rows in remote for r in rows]
+    assert 0 < sum(alarms) < len(alarms)  # a real threshold: some alarms, not all
 
 
 def test_results_equal_catches_a_changed_score_an_alarm_or_an_order(shards, model_file):
     import copy
 
-    from guardrail.scale_bench import results_equal, score_shard
+    from guardrail.scale_bench import results_equal, score_shard, score_tasks
 
-    reference = [score_shard({"corpus": shards[-1], "model": str(model_file)})]
+    reference = [score_shard(score_tasks([Path(shards[-1])], model_file)[0])]
     assert results_equal(reference, copy.deepcopy(reference))
     nudged = copy.deepcopy(reference)
-    nudged[0]["scores"][3][-1] += 1e-6
+    nudged[0][3]["scores"][-1] += 1e-6
     moved_alarm = copy.deepcopy(reference)
-    moved_alarm[0]["alarm_steps"][0] = 99
+    moved_alarm[0][0]["alarm_step"] = 99
     swapped = copy.deepcopy(reference)
-    swapped[0]["episode_ids"][:2] = swapped[0]["episode_ids"][1::-1]
+    swapped[0][:2] = swapped[0][1::-1]
     assert not any(results_equal(reference, bad) for bad in (nudged, moved_alarm, swapped, []))
 
 
@@ -160,6 +160,23 @@ def test_verify_cli_gives_the_same_records_on_dask_and_local(user_cluster, senti
     assert main(["verify", corpus, "--json", "--engine", "dask", "--address", user_cluster.scheduler_address]) in (0, 1)
     remote = _json_lines(capsys.readouterr().out)
     assert len(local) == 120 and remote == local
+
+
+def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_cluster, sentinel_dir, model_file,
+                                                                       capsys):
+    from guardrail.cli import main
+
+    corpus = str(sentinel_dir / "autogen7b")
+    assert main(["score", corpus, "--model", str(model_file), "--json"]) == 0
+    local = _json_lines(capsys.readouterr().out)
+    assert main(["score", corpus, "--model", str(model_file), "--json", "--engine", "dask",
+                 "--address", user_cluster.scheduler_address]) == 0
+    remote = _json_lines(capsys.readouterr().out)
+    assert len(local) == len(read_corpus(corpus).episodes)
+    assert [r["episode_id"] for r in remote] == [r["episode_id"] for r in local]
+    assert [r["alarm_step"] for r in remote] == [r["alarm_step"] for r in local]
+    for a, b in zip(local, remote, strict=True):
+        assert b["scores"] == pytest.approx(a["scores"], rel=1e-9, abs=1e-12)
 
 
 def test_scale_bench_reports_each_configuration_with_the_equality_check(user_cluster, shards, model_file, capsys):
