@@ -19,7 +19,8 @@ class DaskEngine:
     Without `address` it starts a `distributed.LocalCluster` of `workers` single-threaded worker
     processes on this machine (one process per worker because the per-shard work is pure Python and
     holds the GIL); with `address` it connects to the user's scheduler and uses whatever workers it
-    has (`workers` is then ignored). Items should be small shard descriptors (paths, id lists):
+    has (`workers` then only records how many it had when we connected, for callers that size batches
+    by it). Items should be small shard descriptors (paths, id lists):
     each worker reads its own shard, so the scheduler never ships traces around.
     """
 
@@ -38,6 +39,7 @@ class DaskEngine:
         self._cluster: Any = None
         if address is None:
             n_workers = workers or os.cpu_count() or 1
+            self.workers = n_workers
             # No dashboard (batch commands have nobody to look at it), and the scheduler's small HTTP
             # server on a free loopback port rather than 8787, which another cluster may hold.
             self._cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes,
@@ -52,6 +54,7 @@ class DaskEngine:
                     f"cannot reach the Dask scheduler at {address!r} within {connect_timeout_s:g} s "
                     f"({type(exc).__name__}); is `dask scheduler` running there, and is the port open?"
                 ) from exc
+            self.workers = self.n_workers
 
     @property
     def n_workers(self) -> int:

@@ -56,6 +56,7 @@ def score_tasks(shard_dirs: Sequence[Path], model: Path) -> list[dict[str, Any]]
 
 def warm_worker(model_path: str) -> bool:
     """Import and load what scoring needs, so a timed run measures scoring, not process start-up and imports."""
+    import monitors.cli  # noqa: F401 - the import is the point: score_shard's module, loaded before timing
     from monitors.model_file import load_monitor
 
     load_monitor(model_path)
@@ -93,13 +94,14 @@ def _kept(shard_dir: Path) -> int:
 
 
 def ensure_corpus(cache_dir: Path, *, episodes: int, shard_size: int, seed: int,
-                  engine: Any = None) -> tuple[list[Path], Path]:
+                  collect_workers: int = 1) -> tuple[list[Path], Path]:
     """The cached testbed shards holding at least `episodes` kept episodes, collecting what is missing; and the root.
 
     Shards alternate between the LangGraph and AutoGen agents, each with its own corpus seed, so
     no run repeats. The collector rejects a few requested episodes (an injector that never fired,
-    a run too short), so shards are added until enough were kept. Collection runs through
-    `engine` (local when None): it is the slow part, done once and cached.
+    a run too short), so shards are added until enough were kept. Collection is the slow part
+    (about 0.1 s of CPU per episode), done once and cached; with `collect_workers` > 1 it runs on
+    a local Dask cluster of that many workers.
     """
     root = cache_dir / f"testbed-{shard_size}-s{seed}"
 
@@ -118,7 +120,9 @@ def ensure_corpus(cache_dir: Path, *, episodes: int, shard_size: int, seed: int,
         if missing:
             sys.stderr.write(f"collecting {sum(j['n'] for j in missing)} testbed episodes into {root} "
                              f"({len(missing)} shards, cached for later runs)\n")
-            (engine or LocalEngine()).map(_collect_shard, missing)
+            engine = make_engine("dask", workers=collect_workers) if collect_workers > 1 else LocalEngine()
+            with engine:
+                engine.map(_collect_shard, missing)
         shard_dirs = [root / f"shard-{i:05d}" for i in range(n_shards)]
         kept = sum(_kept(d) for d in shard_dirs)
         if kept >= episodes:
@@ -169,7 +173,8 @@ def run_bench(args: argparse.Namespace) -> int:
             return 2
         model = Path(args.model)
     else:
-        shard_dirs, root = ensure_corpus(cache, episodes=args.episodes, shard_size=args.shard_size, seed=args.seed)
+        shard_dirs, root = ensure_corpus(cache, episodes=args.episodes, shard_size=args.shard_size, seed=args.seed,
+                                         collect_workers=args.collect_workers)
         model = Path(args.model) if args.model else fit_model(root)
     # Reading every shard once here also warms the page cache, so every configuration reads the same warm files.
     shards = score_tasks(list(progress(shard_dirs, desc="listing shards", enabled=not args.json)), model)
@@ -211,6 +216,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Dask worker counts for the local clusters (default 1 2 4)")
     parser.add_argument("--address", default=None,
                         help="score on an existing Dask scheduler instead of local clusters")
+    parser.add_argument("--collect-workers", type=int, default=os.cpu_count() or 1,
+                        help="processes collecting missing shards (default: one per CPU)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; the median is reported")
     parser.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help=f"where the corpus is kept (default {DEFAULT_CACHE})")
     parser.add_argument("--corpus", nargs="+", default=None, help="score these corpus shards instead of the testbed's")

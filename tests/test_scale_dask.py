@@ -55,7 +55,7 @@ def shard_step_digest(shard: str) -> list[tuple[str, str, int, float]]:
 def test_dask_on_the_users_cluster_matches_the_local_engine_shard_for_shard(user_cluster, shards):
     local = LocalEngine().map(shard_step_digest, shards)
     with DaskEngine(address=user_cluster.scheduler_address) as engine:
-        assert engine.n_workers == 2
+        assert engine.n_workers == engine.workers == 2
         remote = engine.map(shard_step_digest, shards)
     assert remote == local
     assert [len(r) for r in remote] == [len(read_corpus(s).episodes) for s in shards]
