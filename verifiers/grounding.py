@@ -74,7 +74,9 @@ class GroundingLedger:
             return True
         if self.saturated_:
             return True  # too many combinations to rule it out: unknown is not false
-        return round(value, 2) in self.sums_ or any(same_amount(value, s) for s in self.sums_)
+        # Sums are kept rounded to the cent, so a cent either side covers `same_amount` without a scan.
+        cents = round(value, 2)
+        return any(round(cents + delta, 2) in self.sums_ for delta in (0.0, -0.01, 0.01))
 
     def check_call(self, call: Call) -> list[Finding]:
         """Check a combining tool's expression before its result joins the ledger."""

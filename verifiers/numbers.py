@@ -7,6 +7,7 @@ Input is capped (`MAX_TEXT_CHARS`) so a pathological result cannot stall a step.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Sequence
@@ -40,6 +41,11 @@ _WORDS_RE = rf"(?:{_WORD})(?:(?:\s+|-|\s+and\s+)(?:{_WORD}))*"
 _DIGITS_RE = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
 _NUMBER_TOKEN = re.compile(rf"^\s*(?:{_DIGITS_RE})\s*$")
 _SUFFIX = {"k": 1_000, "m": 1_000_000, "bn": 1_000_000_000}
+_SCALE_SUFFIX = re.compile(r"(?i)\s*(k|m|bn)$")
+_CURRENCY_BEFORE = re.compile(r"^(?:\$|US\$|USD|€|EUR|£|GBP)\s*", re.IGNORECASE)
+_CURRENCY_AFTER = re.compile(r"\s*(?:USD|EUR|GBP|dollars?|euros?|pounds?)$", re.IGNORECASE)
+_WORDS_FULL = re.compile(_WORDS_RE, re.IGNORECASE)
+_FIGURE_RUN = re.compile(r"[\w.,]*")
 
 
 class NumberFormatError(ValueError):
@@ -103,18 +109,18 @@ def read_number(text: str) -> float:
     sign = 1.0
     if body.startswith("-"):
         sign, body = -1.0, body[1:].strip()
-    body = re.sub(r"^(?:\$|US\$|USD|€|EUR|£|GBP)\s*", "", body, flags=re.IGNORECASE)
-    body = re.sub(r"\s*(?:USD|EUR|GBP|dollars?|euros?|pounds?)$", "", body, flags=re.IGNORECASE)
+    body = _CURRENCY_BEFORE.sub("", body)
+    body = _CURRENCY_AFTER.sub("", body)
     if not body:
         raise NumberFormatError(f"{text!r}: no digits")
     scale = 1.0
-    suffix = re.search(r"(?i)\s*(k|m|bn)$", body)
-    if suffix and re.search(r"\d", body):
+    suffix = _SCALE_SUFFIX.search(body)
+    if suffix and any(ch.isdigit() for ch in body):
         scale = _SUFFIX[suffix.group(1).lower()]
         body = body[: suffix.start()]
     if _NUMBER_TOKEN.match(body):
         value = float(body.replace(",", "")) * scale
-    elif re.fullmatch(_WORDS_RE, body, flags=re.IGNORECASE):
+    elif _WORDS_FULL.fullmatch(body):
         value = _words_value(body)
     else:
         raise NumberFormatError(f"{text!r}: not a number (expected digits like 1,234.56 or number words)")
@@ -180,8 +186,8 @@ def find_figures(
         tail = text[match.end("num"):match.end("num") + 2]
         if num[-1].isdigit() and re.match(r"(?:[.,]\d|\d|[A-Za-z_]\w)", tail) and not match.group("post"):
             if monetary:
-                bad = re.match(r"[\w.,]*", text[match.start("num"):])
-                skip_until = match.start("num") + (bad.end() if bad else 0)
+                bad = _FIGURE_RUN.match(text, match.start("num"))
+                skip_until = bad.end() if bad else match.end()
                 unreadable.append(UnreadableFigure(text[match.start():skip_until], match.start(),
                                                    "digits run into other characters"))
             continue
@@ -199,14 +205,17 @@ def find_figures(
         rate = bool(_RATE_AFTER.match(text[end:end + 20]))
         figures.append(Figure(value, match.group(0).strip(), match.start(), end, monetary, rate))
     # A currency symbol with nothing readable after it ("$X", "$ -") is an unreadable figure too.
+    # Spans already read, sorted by start, so each symbol is looked up in log time (long texts stay linear-ish).
+    spans = sorted([(f.start, f.end) for f in figures] + [(u.start, u.start + len(u.text) + 1) for u in unreadable])
+    starts = [start for start, _ in spans]
     for sym in symbols:
         for hit in re.finditer(re.escape(sym) + r"\s?(?P<after>\S{0,12})", text):
-            if not any(f.start <= hit.start() < f.end for f in figures) and \
-                    not any(u.start <= hit.start() <= u.start + len(u.text) for u in unreadable):
-                after = hit.group("after")
-                if after and not after[0].isdigit() and not re.match(_WORDS_RE, after, re.IGNORECASE):
-                    unreadable.append(UnreadableFigure(hit.group(0), hit.start(),
-                                                       f"{sym!r} is not followed by a number"))
+            at = bisect.bisect_right(starts, hit.start()) - 1
+            if at >= 0 and hit.start() < spans[at][1]:
+                continue
+            after = hit.group("after")
+            if after and not after[0].isdigit() and not re.match(_WORDS_RE, after, re.IGNORECASE):
+                unreadable.append(UnreadableFigure(hit.group(0), hit.start(), f"{sym!r} is not followed by a number"))
     unreadable.sort(key=lambda u: u.start)
     return figures, unreadable
 
