@@ -108,12 +108,18 @@ class StepSampler:
         return step
 
     def gate(self, calls: Sequence[ProposedCall]) -> GatedStep:
-        """Dry-run `calls` (one per candidate), gate the batch, and say which candidate to use."""
+        """Dry-run `calls` (one per candidate), gate the batch, and say which candidate to use.
+
+        When no candidate calls a tool, or most candidates answer without one, the modal
+        candidate runs nothing and there is nothing to gate.
+        """
         if all(call.tool is None for call in calls):
             return GatedStep(0, None, None, [])
         ctx = self.context()
         samples = self.harness.run(calls)
         chosen, action, call_id = self._prepare(samples, calls)
+        if calls[chosen].tool is None:
+            return GatedStep(chosen, None, None, samples)
         before = len(self.layer.verdicts(ctx))
         self.layer.stage(ctx, samples, call_id=call_id)
         return self._finish(ctx, chosen, self.guard.before_action(ctx, action), before, samples)
@@ -124,6 +130,8 @@ class StepSampler:
         ctx = self.context()
         samples = await self.harness.arun(calls)
         chosen, action, call_id = self._prepare(samples, calls)
+        if calls[chosen].tool is None:
+            return GatedStep(chosen, None, None, samples)
         before = len(self.layer.verdicts(ctx))
         self.layer.stage(ctx, samples, call_id=call_id)
         return self._finish(ctx, chosen, await self.guard.abefore_action(ctx, action), before, samples)

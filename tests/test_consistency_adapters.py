@@ -185,3 +185,13 @@ async def test_text_only_candidates_pass_through_ungated():
     result = await agent.run(task="hello")
     assert result.messages[-1].content == "It is on its way."
     assert layer.verdicts(ctx) == []
+
+
+async def test_when_most_candidates_answer_in_text_no_tool_runs_and_nothing_is_gated():
+    results: list[CreateResult | str] = ["Please tell me the order id."] * 3
+    results += [autogen_result("ORD-71", "c3"), autogen_result("ORD-72", "c4")]
+    agent, layer, ctx, executed = autogen_agent(results)
+    result = await agent.run(task="where is my order?")
+    assert executed == []
+    assert result.messages[-1].content == "Please tell me the order id."
+    assert layer.verdicts(ctx) == []

@@ -6,7 +6,7 @@ import json
 import unicodedata
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from guardrail.consistency import (
@@ -17,6 +17,7 @@ from guardrail.consistency import (
     canonical_bytes,
     canonical_result,
 )
+from tests.fuzzing import FUZZ
 
 
 def test_key_order_does_not_matter():
@@ -135,7 +136,8 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.fuzz
+@FUZZ
 @given(json_values)
 def test_canonical_bytes_are_valid_json_and_a_fixed_point(value):
     try:
@@ -145,7 +147,8 @@ def test_canonical_bytes_are_valid_json_and_a_fixed_point(value):
     assert canonical_bytes(json.loads(encoded)) == encoded
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.fuzz
+@FUZZ
 @given(st.text(max_size=200))
 def test_arbitrary_argument_text_never_crashes(text):
     try:

@@ -57,38 +57,41 @@ class _Walker:
             raise CanonicalizationError(
                 f"value holds more than {self.limits.max_chars} characters; the gate does not compare it"
             )
+        if value.isascii():
+            return value  # ASCII is already NFC; skipping the call matters on the per-sample budget
         # NFC so a precomposed "é" and "e" + combining accent are one string.
         return unicodedata.normalize("NFC", value)
 
     def walk(self, value: Any, path: str, depth: int) -> Any:
+        # Hot path (runs once per node of every sample): exact-type checks first, ABCs last.
         self.nodes += 1
         if self.nodes > self.limits.max_nodes:
             raise CanonicalizationError(f"value has more than {self.limits.max_nodes} elements")
         if depth > self.limits.max_depth:
             raise CanonicalizationError(f"value is nested deeper than {self.limits.max_depth} levels at {path or '$'}")
-        if value is None or isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float):
-            return _canonical_float(value)
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is str:
             return self.text(value)
+        if value is None or kind is bool or kind is int:
+            return value
+        if kind is float:
+            return _canonical_float(value)
+        if kind is dict:
+            return self.mapping(value, path, depth)
+        if kind is list:
+            return self.sequence(value, path, depth)
+        if isinstance(value, bool):
+            return bool(value)
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            return _canonical_float(float(value))
+        if isinstance(value, str):
+            return self.text(str(value))
         if isinstance(value, Mapping):
-            out: dict[str, Any] = {}
-            for key, item in value.items():
-                name = self.text(key if isinstance(key, str) else _key_text(key, path))
-                child = f"{path}.{name}" if path else name
-                if name in out:
-                    # Two keys that differ only in Unicode form collapse to one: keep neither silently.
-                    raise CanonicalizationError(f"duplicate key {name!r} after Unicode normalization at {path or '$'}")
-                out[name] = self.walk(item, child, depth + 1)
-            return out  # key order is settled by json.dumps(sort_keys=True)
+            return self.mapping(value, path, depth)
         if isinstance(value, list | tuple):
-            items = [self.walk(item, path + "[]", depth + 1) for item in value]
-            if path in self.unordered:
-                items.sort(key=_sort_key)
-            return items
+            return self.sequence(value, path, depth)
         if isinstance(value, Set):
             # A set has no order by nature, whatever the schema says.
             return sorted((self.walk(item, path + "[]", depth + 1) for item in value), key=_sort_key)
@@ -102,6 +105,24 @@ class _Walker:
             f"cannot canonicalize a {type(value).__name__} at {path or '$'}: return JSON-like data "
             "(dict, list, str, number, bool, None) from tools and models"
         )
+
+    def mapping(self, value: Mapping[Any, Any], path: str, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = self.text(key if isinstance(key, str) else _key_text(key, path))
+            child = f"{path}.{name}" if path else name
+            if name in out:
+                # Two keys that differ only in Unicode form collapse to one: keep neither silently.
+                raise CanonicalizationError(f"duplicate key {name!r} after Unicode normalization at {path or '$'}")
+            out[name] = self.walk(item, child, depth + 1)
+        return out  # key order is settled by the encoder's sort_keys
+
+    def sequence(self, value: Any, path: str, depth: int) -> list[Any]:
+        element = path + "[]"
+        items = [self.walk(item, element, depth + 1) for item in value]
+        if path in self.unordered:
+            items.sort(key=_sort_key)
+        return items
 
 
 def _key_text(key: Any, path: str) -> str:
@@ -122,8 +143,12 @@ def _canonical_float(value: float) -> Any:
     return value  # repr() of a float is already its shortest round-tripping form
 
 
+# One encoder for every canonical form: building one per call costs more than small values take to encode.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _sort_key(item: Any) -> str:
-    return json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(item)
 
 
 def canonicalize(value: Any, *, unordered: frozenset[str] = frozenset(),
@@ -143,10 +168,10 @@ def canonical_bytes(value: Any, *, unordered: frozenset[str] = frozenset(),
     """The canonical form as UTF-8 JSON with sorted keys and no spaces: equal bytes mean equal values."""
     data = canonicalize(value, unordered=unordered, limits=limits)
     try:
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(data)
     except ValueError as exc:  # e.g. an int with more digits than Python will print
         raise CanonicalizationError(str(exc)) from exc
-    return text.encode("utf-8")
+    return text.encode("utf-8", "surrogatepass")  # a lone surrogate from a model is a value too, not a crash
 
 
 def canonical_args(args: Any, *, unordered: frozenset[str] = frozenset(),
