@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
