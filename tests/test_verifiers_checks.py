@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from guardrail.events import Episode, Step, StepKind, ToolEvent
-from verifiers import Contract, ContractError, load_spec, verify_episode
+from verifiers import Contract, ContractError, contracts_for, load_spec, verify_episode
 
 SPEC = load_spec("booking_tour")
 LEGS = [("Osaka", "Prague", "$364"), ("Prague", "Bergen", "$410"), ("Bergen", "Tunis", "$222"), ("Tunis", "Osaka", "$179")]
@@ -236,3 +236,32 @@ def test_the_json_record_has_exactly_the_interface_fields():
     assert set(record) == {"episode_id", "flags", "findings"}
     assert set(record["flags"]) == {"total_consistency", "required_coverage", "tool_contract", "grounding",
                                     "completion"}
+
+
+class Quote(BaseModel):
+    price: float
+
+
+def test_contracts_are_read_off_real_langchain_and_autogen_tools():
+    from autogen_core.tools import FunctionTool
+    from langchain_core.tools import tool
+
+    @tool
+    def quote(item: str) -> Quote:
+        """Price an item."""
+        return Quote(price=1.0)
+
+    @tool
+    def describe(item: str) -> str:
+        """Free text: says nothing about its shape."""
+        return item
+
+    def count_items(kind: str) -> int:
+        return 3
+
+    contracts = contracts_for([quote, describe, FunctionTool(count_items, description="count")])
+    assert sorted(contracts) == ["count_items", "quote"]
+    assert contracts["quote"].violation('{"price": 2.5}') is None
+    assert contracts["quote"].violation('{"price": "cheap"}') is not None
+    assert contracts["count_items"].violation("3") is None
+    assert contracts["count_items"].violation("three") is not None

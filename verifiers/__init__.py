@@ -1,6 +1,6 @@
 """Deterministic verifiers: total consistency, required coverage, tool contracts, numeric grounding, completion."""
 
-from verifiers.contract import Classified, Contract, ContractError, classify_result
+from verifiers.contract import Classified, Contract, ContractError, classify_result, contracts_for
 from verifiers.layer import VerifierLayer
 from verifiers.numbers import Figure, NumberFormatError, UnreadableFigure, find_figures, read_number
 from verifiers.offline import EpisodeVerdict, verify_episode
@@ -20,6 +20,7 @@ __all__ = [
     "VerifierSpec",
     "builtin_specs",
     "classify_result",
+    "contracts_for",
     "find_figures",
     "load_spec",
     "pick_spec",

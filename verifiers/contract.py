@@ -12,7 +12,7 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ __all__ = [
     "Contract",
     "ContractError",
     "classify_result",
+    "contracts_for",
 ]
 
 MAX_RESULT_CHARS = 200_000  # results longer than this are checked on their first MAX_RESULT_CHARS characters
@@ -194,3 +195,32 @@ class Contract:
         if "return" not in hints:
             raise ContractError(f"{getattr(target, '__name__', fn)!r} has no return annotation to build a contract from")
         return cls.from_annotation(hints["return"])
+
+
+_SHAPELESS = (str, Any, None, type(None), inspect.Signature.empty)
+
+
+def contracts_for(tools: Iterable[Any]) -> dict[str, Contract]:
+    """Contracts read off the tools themselves: plain functions, LangChain tools, AutoGen tools.
+
+    A tool whose return type says something (``-> float``, ``-> Quote``, ``-> list[str]``) gets
+    a contract from it; one that returns ``str`` or has no annotation says nothing about its
+    shape and is left to the spec.
+    """
+    found: dict[str, Contract] = {}
+    for tool in tools:
+        return_type_of = getattr(tool, "return_type", None)
+        if callable(return_type_of) and not inspect.isfunction(tool):  # AutoGen BaseTool
+            annotation = return_type_of()
+        else:
+            target = getattr(tool, "func", None) or getattr(tool, "coroutine", None) or tool
+            try:
+                annotation = typing.get_type_hints(target).get("return")
+            except (NameError, TypeError):
+                annotation = None
+        if annotation in _SHAPELESS:
+            continue
+        name = getattr(tool, "name", None) or getattr(tool, "__name__", None)
+        if name:
+            found[str(name)] = Contract.from_annotation(annotation)
+    return found
