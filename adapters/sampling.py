@@ -15,7 +15,8 @@ or samples not in one epoch), it gets a plain assistant message saying why and n
 With ``strict=True`` a rejection raises `HallucinationGateError` instead, for callers that
 escalate. A deferral is a warning finding on the Guard's Decision; the tool is quarantined.
 
-The wrappers import their framework lazily, so this module loads without either installed.
+Each wrapper subclasses its framework's base class when that framework is installed; the module
+still imports without either.
 """
 
 from __future__ import annotations

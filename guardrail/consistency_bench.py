@@ -228,6 +228,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
         naive_fp_cause: Counter[str] = Counter()
         separated_fp_cause: Counter[str] = Counter()
         deferrals: Counter[str] = Counter()
+        separated_missed: Counter[str] = Counter()
         out_of_scope = 0
         misdeclared_agreement: list[float] = []
         gate_us: list[float] = []
@@ -251,8 +252,8 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             t2 = time.perf_counter_ns()
             naive_us.append((t1 - t0) / 1e3 / len(samples))
             gate_us.append((t2 - t1) / 1e3 / len(samples))
-            cause = "misdeclared_tool" if plan.tool in MISDECLARED else (
-                "ambiguous_arguments" if plan.kind == AMBIGUOUS else "other")
+            cause = "ambiguous_arguments" if plan.kind == AMBIGUOUS else (
+                "misdeclared_tool" if plan.tool in MISDECLARED else "other")
             if plan.kind == HEALTHY and plan.tool in MISDECLARED and combined < 1.0:
                 misdeclared_agreement.append(combined)
             if naive_rejects:
@@ -263,7 +264,9 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
                 separated_rejected[plan.kind] += 1
                 if plan.kind != FABRICATED:
                     separated_fp_cause[cause] += 1
-            elif verdict.decision is PlanDecision.DEFER:
+            elif plan.kind == FABRICATED:
+                separated_missed[verdict.reason] += 1  # e.g. tool_not_verified: the price of the validity rule
+            if verdict.decision is PlanDecision.DEFER:
                 deferrals["misdeclared_tool" if plan.tool in MISDECLARED else "other"] += 1
 
         naive_total = sum(naive_rejected.values())
@@ -292,6 +295,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             "separated_deferrals": dict(deferrals),
             "naive_fp_by_cause": dict(naive_fp_cause),
             "separated_fp_by_cause": dict(separated_fp_cause),
+            "separated_missed_fabricated_by_reason": dict(separated_missed),
             "misdeclared_combined_agreement": _quantiles(misdeclared_agreement),
             "tool_status": registry.statuses(),
             "background_changes": {"index_writes": sandbox.writer.changes, "config_reloads": sandbox.reloader.changes,

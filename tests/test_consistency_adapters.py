@@ -195,3 +195,21 @@ async def test_when_most_candidates_answer_in_text_no_tool_runs_and_nothing_is_g
     assert executed == []
     assert result.messages[-1].content == "Please tell me the order id."
     assert layer.verdicts(ctx) == []
+
+
+async def test_harness_runs_autogen_function_tools_asynchronously():
+    from autogen_core.tools import FunctionTool
+
+    from guardrail.consistency import ProposedCall
+
+    async def get_order(order_id: str) -> str:
+        """Look up an order by id."""
+        return json.dumps(lookup_order(order_id))
+
+    harness = DryRunHarness({"get_order": FunctionTool(get_order, description="order lookup")}, epoch="s1")
+    ok, missing = await harness.arun([ProposedCall("get_order", {"order_id": "ORD-1"}),
+                                      ProposedCall("get_order", {"order_id": "ORD-404"})])
+    assert json.loads(ok.result)["status"] == "shipped"
+    assert missing.error is not None and "ORD-404" in missing.error
+    (sync_attempt,) = harness.run([ProposedCall("get_order", {"order_id": "ORD-1"})])
+    assert sync_attempt.error is not None and "arun()" in sync_attempt.error

@@ -216,3 +216,14 @@ def test_a_raising_probe_call_leaves_the_tool_unverified():
 def test_tool_errors_are_observed_results():
     plan = [PlanSample("get_order", {"id": "A-1"}, EPOCH, error=f"Timeout #{i}") for i in range(5)]
     assert classify_plan(plan, verified_registry()).decision is PlanDecision.DEFER
+
+
+def test_a_passing_probe_does_not_lift_a_quarantine_but_release_and_probe_do():
+    gate = ConsistencyGate(verified_registry())
+    gate.evaluate(samples("get_order", ["A-1"] * 5, [1, 2, 3, 4, 5]))
+    gate.registry.probe(OrderDb(), epoch=EPOCH, tools=["get_order"])
+    assert gate.registry.status("get_order") is DeterminismStatus.QUARANTINED
+    gate.registry.release("get_order")
+    assert gate.registry.status("get_order") is DeterminismStatus.UNVERIFIED
+    gate.registry.probe(OrderDb(), epoch=EPOCH, tools=["get_order"])
+    assert gate.registry.status("get_order") is DeterminismStatus.VERIFIED

@@ -26,8 +26,9 @@ class ProposedCall:
 class DryRunHarness:
     """Runs candidate calls against sandbox tools and tags each sample with the epoch it ran in.
 
-    `tools` maps a tool name to a callable taking the arguments as keywords, or to an object
-    with ``invoke(args)`` (a LangChain tool). `epoch` names the sandbox epoch: a fixed id, or a
+    `tools` maps a tool name to a callable taking the arguments as keywords, to an object with
+    ``invoke(args)`` (a LangChain tool), or to one with ``run_json(args, token)`` (an AutoGen
+    tool, async: use `arun`). `epoch` names the sandbox epoch: a fixed id, or a
     callable read after every call, so a sandbox that moves mid-batch yields samples with
     different epochs and the gate fails closed instead of blaming the arguments.
     """
@@ -45,8 +46,12 @@ class DryRunHarness:
             args = json.loads(args)  # models often emit the arguments as JSON text; bad JSON is the sample's error
         if not isinstance(args, Mapping):
             raise TypeError(f"arguments for {tool!r} must be an object, got {type(args).__name__}")
+        if hasattr(target, "run_json") and not inspect.isfunction(target):
+            from autogen_core import CancellationToken  # an AutoGen tool: async, awaited by `arun`
+
+            return target.run_json(dict(args), CancellationToken())
         if hasattr(target, "invoke") and not inspect.isfunction(target):
-            return target.invoke(dict(args))
+            return target.invoke(dict(args))  # a LangChain tool
         return target(**args)
 
     def probe(self, registry: DeterminismRegistry) -> dict[str, ProbeOutcome]:
@@ -57,7 +62,12 @@ class DryRunHarness:
         """Execute every candidate call and return one sample per candidate, in order."""
         samples = []
         for proposed in calls:
-            samples.append(self._sample(proposed, self._outcome(proposed)))
+            result, error = self._outcome(proposed)
+            if error is None and inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()  # never awaited here; closing it avoids a "never awaited" warning
+                result, error = None, f"TypeError: {proposed.tool!r} is async; run the batch with arun()"
+            samples.append(self._sample(proposed, (result, error)))
         return samples
 
     async def arun(self, calls: Sequence[ProposedCall]) -> list[PlanSample]:

@@ -101,7 +101,8 @@ class SelfConsistencyLayer(Layer):
                             **common)]
         if verdict.decision is PlanDecision.DEFER:
             return [Finding(check="nondeterministic_tool", message=verdict.message, severity=Severity.WARNING,
-                            hint=f"re-sample or escalate; {verdict.tool!r} is quarantined until it is probed again",
+                            hint=f"re-sample or escalate; {verdict.tool!r} is quarantined until it is fixed, "
+                                 "released (registry.release) and probed again",
                             **common)]
         if verdict.reason in ("tool_not_verified", "too_few_samples"):
             return [Finding(check="not_judged", message=verdict.message, severity=Severity.INFO, **common)]

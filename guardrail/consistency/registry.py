@@ -182,6 +182,21 @@ class DeterminismRegistry:
             entry.evidence = dict(evidence or {})
             return True
 
+    def release(self, tool: str) -> None:
+        """Lift a failed probe or a quarantine (the tool was fixed): the declaration is UNVERIFIED until probed.
+
+        A passing probe alone never lifts a quarantine: a TTL cache passes two back-to-back calls
+        and still diverges across a batch, so a person or a deployment step must say it changed.
+        """
+        with self._lock:
+            entry = self._entries.get(tool)
+            if entry is None:
+                raise KeyError(f"no schema registered for {tool!r}")
+            if entry.status in (DeterminismStatus.PROBE_FAILED, DeterminismStatus.QUARANTINED):
+                entry.status = DeterminismStatus.UNVERIFIED
+                entry.reason = "released; probe it again"
+                entry.evidence = {}
+
     def probe(self, runner: ToolRunner, *, epoch: EpochSource,
               tools: Iterable[str] | None = None) -> dict[str, ProbeOutcome]:
         """Probe each declared-deterministic tool: two identical calls must return byte-identical results.
