@@ -22,6 +22,7 @@ next event starts the next one. Use one `AutoGenGuard` per concurrent run.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,7 +34,7 @@ from autogen_core import CancellationToken
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
 from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult
 
-from adapters.common import action_from_call, asafe_decision, log
+from adapters.common import action_from_call, asafe_decision, complete_step, log
 from guardrail.events import Decision, Result, Step, StepKind, ToolEvent, Verdict
 from guardrail.guard import Guard
 from guardrail.layer import EpisodeContext
@@ -78,6 +79,8 @@ class _Pending:
     step: Step
     waiting: set[str] = field(default_factory=set)
     followed: bool = False
+    content: str = ""
+    model_latency_s: float | None = None
 
 
 class AutoGenGuard:
@@ -152,14 +155,17 @@ class AutoGenGuard:
                 step.kind = StepKind.FINAL  # the last text of the run is its answer
             ctx = self.context
             step.index = ctx.step_index
+            complete_step(step, content=head.content, model_latency_s=head.model_latency_s, task=ctx.task)
             self._record(await asafe_decision("on_step", partial(self.guard.aon_step, ctx, step)))
 
-    async def on_model_output(self, created: CreateResult, *, agent: str | None = None) -> None:
+    async def on_model_output(self, created: CreateResult, *, agent: str | None = None,
+                              latency_s: float | None = None) -> None:
         """A model call returned: a text step before it was not the answer; this one waits for its tool results."""
         for pending in self._pending:
             pending.followed = True
         step = step_from_create_result(0, created, agent=agent)
-        self._pending.append(_Pending(step, {e.id for e in step.tool_events}))
+        self._pending.append(_Pending(step, {e.id for e in step.tool_events}, content=step.text,
+                                      model_latency_s=latency_s))
         await self._emit_ready()
 
     async def on_tool_result(self, call_id: str | None, name: str, result: Result) -> None:
@@ -170,6 +176,7 @@ class AutoGenGuard:
                     event.result = result.output
                     event.result_chars = len(result.output)
                     event.is_error = result.is_error
+                    event.latency_s = result.latency_s
                     pending.waiting.discard(event.id)
                     await self._emit_ready()
                     return
@@ -228,13 +235,15 @@ class GuardedWorkbench(StaticWorkbench):
             message = decision.message() or "blocked by guardrail"
             await guarded.on_tool_result(call_id, name, Result(output=message, is_error=True, call_id=call_id))
             return ToolResult(name=name, result=[TextResultContent(content=message)], is_error=True)
+        started = time.perf_counter()
         tool_result = await super().call_tool(name, arguments, cancellation_token, call_id)
+        latency = round(time.perf_counter() - started, 6)
         output = "".join(c.content for c in tool_result.result if isinstance(c, TextResultContent))
-        result = Result(output=output, is_error=tool_result.is_error, call_id=call_id)
+        result = Result(output=output, is_error=tool_result.is_error, call_id=call_id, latency_s=latency)
         after = guarded._record(await asafe_decision("after_result", lambda: guard.aafter_result(ctx, action, result)))
         if after.blocked:
             output = f"{output}\n\n{after.message()}"
-            result = Result(output=output, is_error=True, call_id=call_id)
+            result = Result(output=output, is_error=True, call_id=call_id, latency_s=latency)
             tool_result = ToolResult(name=name, result=[TextResultContent(content=output)], is_error=True)
         await guarded.on_tool_result(call_id, name, result)
         return tool_result
@@ -248,23 +257,25 @@ class GuardedChatCompletionClient(ChatCompletionClient):
         self.guarded = guarded
         self.agent = agent
 
-    async def _observe(self, created: CreateResult) -> None:
+    async def _observe(self, created: CreateResult, latency_s: float | None) -> None:
         try:
-            await self.guarded.on_model_output(created, agent=self.agent)
+            await self.guarded.on_model_output(created, agent=self.agent, latency_s=latency_s)
         except Exception as exc:  # noqa: BLE001 - the guard never breaks the agent's model call
             log.warning("guardrail could not observe a model output: %s: %s", type(exc).__name__, exc)
 
     async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+        started = time.perf_counter()
         created = await self.inner.create(messages, **kwargs)
-        await self._observe(created)
+        await self._observe(created, round(time.perf_counter() - started, 6))
         return created
 
     async def create_stream(  # type: ignore[override]  # same signature, written as an async generator
         self, messages: Sequence[LLMMessage], **kwargs: Any
     ) -> AsyncGenerator[str | CreateResult, None]:
+        started = time.perf_counter()
         async for chunk in self.inner.create_stream(messages, **kwargs):
             if isinstance(chunk, CreateResult):
-                await self._observe(chunk)
+                await self._observe(chunk, round(time.perf_counter() - started, 6))
             yield chunk
 
     async def close(self) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from guardrail.events import Action, Decision, Finding, Severity, Verdict
+from guardrail.events import Action, Decision, Finding, Severity, Step, ToolEvent, Verdict
 
-__all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "action_from_call", "guard_failure", "safe_decision"]
+__all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "action_from_call", "asafe_decision", "complete_step", "guard_failure",
+           "safe_decision", "tool_text"]
 
 log = logging.getLogger("guardrail.adapters")
 
@@ -68,3 +70,24 @@ async def asafe_decision(hook: str, call: Callable[[], Any]) -> Decision:
     except Exception as exc:  # noqa: BLE001
         log.warning("guardrail %s failed: %s: %s", hook, type(exc).__name__, exc)
         return guard_failure(hook, exc)
+
+
+def tool_text(events: Sequence[ToolEvent]) -> str:
+    """The corpora's text for a tool step's calls: ``[name({json args}) -> result]`` (what monitors were fitted on)."""
+    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True, default=str)}) -> {e.result}]" for e in events)
+
+
+def complete_step(step: Step, *, content: str, model_latency_s: float | None = None, task: str | None = None) -> Step:
+    """Give a step the corpus shape once its tool results are in (text, error flag, latency, task on step 0).
+
+    The step monitor is fitted on corpora whose tool steps carry the model's words followed by the
+    calls and results as text, the run's task on the first step, and model plus tool time as latency;
+    a live step must look the same or the monitor sees a distribution it never learned.
+    """
+    step.text = " ".join(part for part in (content.strip(), tool_text(step.tool_events)) if part)
+    step.error = any(e.is_error for e in step.tool_events)
+    if model_latency_s is not None:
+        step.latency_s = round(model_latency_s + sum(e.latency_s or 0.0 for e in step.tool_events), 6)
+    if step.index == 0 and task:
+        step.task = task
+    return step

@@ -17,6 +17,7 @@ gate, ``middleware.observe_node`` feeds the steps and ``middleware.finish_node``
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from langgraph.config import get_config
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from adapters.common import action_from_call, asafe_decision, safe_decision
+from adapters.common import action_from_call, asafe_decision, complete_step, safe_decision
 from guardrail.events import Action, Decision, Result, Step, StepKind, ToolEvent, Verdict
 from guardrail.guard import Guard, GuardError
 from guardrail.layer import EpisodeContext
@@ -55,7 +56,9 @@ class _Run:
     """What the adapter tracks per running episode: where this run's messages start, which steps it fed."""
 
     start: int
+    task: str | None = None
     fed: set[str] = field(default_factory=set)
+    model_latency_s: dict[str, float] = field(default_factory=dict)  # AIMessage id -> seconds the model took
 
 
 def _text(content: Any) -> str:
@@ -82,8 +85,8 @@ def _logprobs(message: AIMessage) -> list[float]:
 
 
 def step_from_messages(index: int, message: AIMessage, tool_messages: Sequence[ToolMessage] = (),
-                       task: str | None = None) -> Step:
-    """One model turn (and the tool results it got back) as a guard `Step`."""
+                       task: str | None = None, model_latency_s: float | None = None) -> Step:
+    """One model turn (and the tool results it got back) as a guard `Step`, in the corpora's shape."""
     by_id = {m.tool_call_id: m for m in tool_messages}
     events = []
     for call in message.tool_calls:
@@ -94,17 +97,16 @@ def step_from_messages(index: int, message: AIMessage, tool_messages: Sequence[T
                                 is_error=bool(reply is not None and reply.status == "error")))
     logprobs = _logprobs(message)
     usage: dict[str, Any] = dict(message.usage_metadata or {})
-    return Step(
+    step = Step(
         index=index,
         kind=StepKind.TOOL_CALL if message.tool_calls else StepKind.FINAL,
-        text=_text(message.content),
         tool_events=events,
         token_logprobs=logprobs,
         logprobs_available=bool(logprobs),
         output_tokens=usage.get("output_tokens"),
-        task=task,
         meta={"message_id": message.id} if message.id else {},
     )
+    return complete_step(step, content=_text(message.content), model_latency_s=model_latency_s, task=task)
 
 
 def _result_from(message: Any) -> Result | None:
@@ -165,7 +167,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         except GuardError:
             pass  # already running (a resumed thread): keep feeding the same episode
         with self._lock:
-            self._runs.setdefault(episode_id, _Run(start=len(messages)))
+            self._runs.setdefault(episode_id, _Run(start=len(messages), task=_last_human_text(messages)))
         return episode_id
 
     def _episode(self, state: Any, config: Any = None) -> str:
@@ -205,7 +207,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
                 if missing and not final:
                     break  # keep order: a later turn is never fed before an earlier one
                 run.fed.add(message.id or uuid.uuid4().hex)
-                steps.append(step_from_messages(0, message, replies))
+                latency = run.model_latency_s.pop(message.id, None) if message.id else None
+                steps.append(step_from_messages(len(run.fed) - 1, message, replies, task=run.task,
+                                                model_latency_s=latency))
         return steps
 
     def _step_index(self, episode_id: str) -> int:
@@ -315,6 +319,32 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             return self.on_repair(decision, state, runtime)
         except Exception:  # noqa: BLE001 - a failed repair leaves the run as it was
             return None
+
+    # ----------------------------------------------------------------- model calls (timed for the monitor)
+    def _remember_latency(self, request: Any, response: Any, seconds: float) -> None:
+        try:
+            episode_id = self._episode(request.state)
+        except Exception:  # noqa: BLE001 - timing is best effort
+            return
+        with self._lock:
+            run = self._runs.get(episode_id)
+            if run is None:
+                return
+            for message in getattr(response, "result", None) or []:
+                if isinstance(message, AIMessage) and message.id:
+                    run.model_latency_s[message.id] = round(seconds, 6)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        started = time.perf_counter()
+        response = handler(request)
+        self._remember_latency(request, response, time.perf_counter() - started)
+        return response
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        started = time.perf_counter()
+        response = await handler(request)
+        self._remember_latency(request, response, time.perf_counter() - started)
+        return response
 
     # ----------------------------------------------------------------- tool calls
     def _action(self, request: ToolCallRequest) -> Action:

@@ -27,7 +27,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from adapters.common import action_from_call, safe_decision
+from adapters.common import action_from_call, complete_step, safe_decision
 from guardrail import telemetry as tm
 from guardrail.events import Decision, Result, Step, StepKind, ToolEvent, Verdict
 from guardrail.guard import Guard
@@ -157,6 +157,7 @@ class GuardSpanProcessor(SpanProcessor):
 
     def _feed(self, state: _Trace, step: Step) -> None:
         step.index = state.ctx.step_index
+        complete_step(step, content=step.text, task=state.ctx.task)  # until now `text` held the model's words
         decision = safe_decision("on_step", lambda: self.guard.on_step(state.ctx, step))
         if decision.verdict is not Verdict.ALLOW:
             state.decisions.append(decision)

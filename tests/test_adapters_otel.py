@@ -136,7 +136,7 @@ def test_chat_spans_with_content_carry_text_tool_calls_and_results(processor_for
 
     steps = recorder.episodes[0].steps
     assert [s.kind for s in steps] == [StepKind.TOOL_CALL, StepKind.FINAL]
-    assert steps[0].text == "Let me look." and steps[0].output_tokens == 12
+    assert steps[0].text == "Let me look. [search({\"q\": \"weather\"}) -> sunny]" and steps[0].output_tokens == 12
     assert steps[0].tool_events[0].args == {"q": "weather"} and steps[0].tool_events[0].result == "sunny"
     assert recorder.episodes[0].answer == "It is sunny."
     assert len(processor.finished) == 1

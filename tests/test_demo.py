@@ -1,39 +1,95 @@
-"""The demo runs end to end: a real LangGraph agent, a blocked call with its hint, and the spans on disk."""
+"""The demo runs the whole stack end to end: gate block, verifier catch, rollback repair, monitor alarm, report."""
 
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 
-from guardrail.cli import main
-from guardrail.demo import run_demo
+import pytest
 
-
-def test_demo_blocks_the_wrong_path_and_the_agent_recovers(tmp_path):
-    summary = run_demo(tmp_path / "out")
-
-    assert len(summary["blocked"]) == 1
-    blocked = summary["blocked"][0]
-    assert blocked["tool"] == "read_file"
-    assert "notes/todo.md" in blocked["message"] and "notes/todos.md" in blocked["message"]
-    assert summary["summary_file_written"]
-    assert "3 open items" in summary["answer"]
-    assert summary["checkpoints"] > 0
+from guardrail.demo import _print_summary, run_demo
 
 
-def test_demo_writes_the_spans_it_produced_as_json(tmp_path):
-    run_demo(tmp_path / "out")
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    return out, run_demo(out)
 
-    spans = json.loads((tmp_path / "out" / "spans.json").read_text())
+
+def test_gate_blocks_the_wrong_path_with_a_hint_and_the_agent_recovers(demo):
+    _, summary = demo
+    gate = summary["gate"]
+
+    assert len(gate["blocked"]) == 1 and gate["blocked"][0]["tool"] == "read_file"
+    assert "notes/todo.md" in gate["blocked"][0]["message"] and "notes/todos.md" in gate["blocked"][0]["message"]
+    assert gate["summary_file_written"] and "3 open items" in gate["answer"]
+
+
+def test_verifier_catches_the_wrong_total(demo):
+    _, summary = demo
+    verifier = summary["verifier"]
+
+    assert "total_consistency" in verifier["caught"]
+    assert f"${verifier['expected_total']:g}" not in verifier["answer"]
+
+
+def test_repair_forks_the_thread_and_reaches_the_true_total(demo):
+    _, summary = demo
+    repair = summary["repair"]
+
+    assert repair["outcome"] == "repaired"
+    assert repair["fork_checkpoint"] and repair["extra_model_calls"] >= 1
+    assert f"{repair['expected_total']:g}" in repair["answer"]
+    assert f"{repair['expected_total']:g}" not in repair["original_answer"]
+
+
+def test_monitor_alarm_stops_the_autogen_team(demo):
+    _, summary = demo
+    monitor = summary["monitor"]
+
+    assert monitor["alarm"] and monitor["stop_reason"].startswith("guardrail alarm")
+    assert monitor["alarm_step"] >= 1  # not before the first failing tool call (onset 1)
+
+
+def test_spans_json_holds_the_guard_spans_under_their_agent_span(demo):
+    out, _ = demo
+    spans = json.loads((out / "spans.json").read_text())
+    by_id = {s["span_id"]: s for s in spans}
+
     gate = [s for s in spans if s["name"] == "guardrail.gate"]
-    assert [s["attributes"]["guardrail.decision"] for s in gate][0] == "block"
-    root = next(s for s in spans if s["name"] == "invoke_agent demo")
-    assert all(s["parent_span_id"] == root["span_id"] for s in gate)
-    assert all(s["trace_id"] == root["trace_id"] for s in spans)
+    assert "block" in [s["attributes"]["guardrail.decision"] for s in gate]
+    assert all(by_id[s["parent_span_id"]]["name"] == "invoke_agent demo-gate" for s in gate)
+    assert any(s["name"] == "guardrail.repair" for s in spans)
+    assert any(s["name"] == "guardrail.monitor" and "guardrail.score" in s["attributes"] for s in spans)
 
 
-def test_demo_command_prints_the_block_and_exits_zero(tmp_path, capsys):
-    assert main(["demo", "-o", str(tmp_path / "o")]) == 0
+class _Images(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.sources.append(dict(attrs)["src"])
+
+
+def test_report_html_links_png_plots_that_exist(demo):
+    out, summary = demo
+    page = out / "report" / "index.html"
+    parser = _Images()
+    parser.feed(page.read_text())
+
+    assert summary["report"] == str(page)
+    assert parser.sources
+    for source in parser.sources:
+        assert (page.parent / source).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Rollback repair" in page.read_text() and "Gate warnings" in page.read_text()
+    assert (out / "monitor.npz").is_file() and (out / "corpus" / "manifest.json").is_file()
+
+
+def test_summary_printout_names_each_scene(demo, capsys):
+    _print_summary(demo[1])
 
     printed = capsys.readouterr().out
-    assert "BLOCKED read_file" in printed
-    assert "guardrail.gate" in printed
+    for marker in ("BLOCKED read_file", "CAUGHT", "outcome: repaired", "ALARM", "guardrail.gate"):
+        assert marker in printed
