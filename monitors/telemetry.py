@@ -34,12 +34,13 @@ G_DIM = 7
 
 _WORD = re.compile(r"[a-z][a-z0-9]{2,}")
 # Words that make a result read as a failed call, whatever the tool's own error flag says.
-_ERROR_WORDS = frozenset({"error", "errors", "exception", "traceback", "unavailable", "timed", "timeout",
-                          "retry", "failed", "failure", "denied", "refused", "invalid", "limit", "exceeded"})
+_ERROR_WORDS = frozenset({"error", "exception", "traceback", "unavailable", "timed", "timeout",
+                          "retry", "failed", "denied"})
 _UNSURE = -2.3  # log(0.1)
 _LOGPROB_FLOOR = 30.0  # a token logprob below -30 carries no more information; bound what a model can emit
 _ERRORISH = re.compile(r"(?i)\b(error|exception|traceback|unavailable|timed out|timeout|too many requests|"
                        r"rate limit|retry|failed|denied|not found)\b|\b(4\d\d|5\d\d)\b")
+_STATUS = re.compile(r"\b[45]\d\d\b")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _KNUTH = np.uint32(2654435761)  # multiplicative hash constant (Knuth): spreads adjacent 3-gram codes
 _LOW3 = np.uint32(0xFFFFFF)
@@ -154,7 +155,7 @@ class Telemetry:
 class TelemetryStream:
     """One episode's featurizer: `update(step)` returns x_t; per-episode state is the calls and words seen."""
 
-    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_slices")
+    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_slices", "_dim")
 
     def __init__(self, telemetry: Telemetry) -> None:
         self._tel = telemetry
@@ -164,6 +165,7 @@ class TelemetryStream:
         self._last_tool: str | None = None
         self._index = 0
         self._slices = [(name, sl) for name, sl in telemetry.slices_.items()]
+        self._dim = telemetry.dim_
 
     def set_task(self, task: str) -> None:
         self._context = _words(task, self._tel.text_cap)
@@ -174,7 +176,7 @@ class TelemetryStream:
         text = step.text or ""
         if step.task and not self._context:
             self._context = _words(step.task, cap)
-        x = np.empty(tel.dim_)
+        x = np.empty(self._dim)
         events = step.tool_events
         result = "".join(ev.result or "" for ev in events) if events else ""
         for name, sl in self._slices:
@@ -253,7 +255,7 @@ class TelemetryStream:
             context_relevance,
             repeated,
             same_tool,
-            1.0 if _ERRORISH.search(result[:cap]) else 0.0,
+            0.0 if not events or (_ERROR_WORDS.isdisjoint(text_words) and not _STATUS.search(result[:cap])) else 1.0,
             1.0 if stripped[:1] in ("{", "[") else 0.0,
             math.log1p(len(_NUMBER.findall(result[:cap]))),
         )
