@@ -265,3 +265,11 @@ def test_contracts_are_read_off_real_langchain_and_autogen_tools():
     assert contracts["quote"].violation('{"price": "cheap"}') is not None
     assert contracts["count_items"].violation("3") is None
     assert contracts["count_items"].violation("three") is not None
+
+
+def test_too_many_alternatives_is_said_not_flagged():
+    extra = [("lookup_flight", {"origin": f"City{i}", "destination": f"Town{i}"}, f"${100 + i}") for i in range(60)]
+    verdict = verify_episode(tour(extra=extra, answer="The total is $99999."), SPEC)
+    [note] = [f for f in verdict.findings if f.check == "total_consistency"]
+    assert not note.blocking and note.severity == "info" and "not checked" in note.message
+    assert verdict.flags["total_consistency"] is False

@@ -174,3 +174,17 @@ def test_a_real_agent_that_misadds_is_warned_at_the_calculator_and_sent_to_repai
     calculator_reply = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
     assert calculator_reply.status == "error"
     assert calculator_reply.content.startswith("4765") and "calculator used 3" in calculator_reply.content
+
+
+async def test_the_async_hooks_run_the_same_checks():
+    guard = Guard([VerifierLayer("booking_tour")], mode="intervene")
+    ctx = guard.start_episode()
+    decisions = []
+    for name, args, output in tour_calls():
+        action = Action.tool_call(name, args)
+        decisions.append(await guard.aafter_result(ctx, action, Result(output=output.replace("$222", "$222 $9"))))
+        await guard.aon_step(ctx, Step(index=ctx.step_index, kind=StepKind.TOOL_CALL,
+                                       tool_events=[ToolEvent(name=name, args=args, result=output)]))
+    final = await guard.aon_finish(ctx, answer="The total is $2515.")
+    assert [d.verdict for d in decisions].count(Verdict.BLOCK) == 1
+    assert final.verdict is Verdict.REPAIR

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from guardrail.events import Finding
 from verifiers.numbers import find_figures, find_numbers, same_amount
-from verifiers.observed import Call, finding
+from verifiers.observed import Call, finding, undecided
 from verifiers.spec import VerifierSpec
 
 __all__ = ["GroundingLedger", "MAX_SUMS"]
@@ -69,11 +69,15 @@ class GroundingLedger:
 
     # ------------------------------------------------------------------ checking
     def grounded(self, value: float) -> bool:
-        """A figure is grounded when it was received, or is a sum of received figures."""
+        """A figure is grounded when it was received, or is a sum of received figures.
+
+        Once the sums are saturated a figure that is not a received value cannot be ruled out:
+        it counts as grounded, and `check_text` says so with an informational finding.
+        """
         if any(same_amount(value, v) for v in self.values_):
             return True
         if self.saturated_:
-            return True  # too many combinations to rule it out: unknown is not false
+            return True
         # Sums are kept rounded to the cent, so a cent either side covers `same_amount` without a scan.
         cents = round(value, 2)
         return any(round(cents + delta, 2) in self.sums_ for delta in (0.0, -0.01, 0.01))
@@ -113,6 +117,10 @@ class GroundingLedger:
                 hint="state amounts as plain numbers with the currency, e.g. $1,234.50",
             ))
         ungrounded = [f for f in figures if not self.grounded(f.value)]
+        if self.saturated_ and any(not any(same_amount(f.value, v) for v in self.values_) for f in figures):
+            findings.append(undecided(
+                "grounding", f"more than {MAX_SUMS} sums of received items: figures that are not a received "
+                "value were not checked", step=step))
         if ungrounded:
             findings.append(finding(
                 "grounding",

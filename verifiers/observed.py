@@ -15,7 +15,7 @@ from guardrail.events import Episode, Finding, Severity, ToolEvent
 from verifiers.contract import Classified, Contract, classify_result
 from verifiers.spec import VerifierSpec
 
-__all__ = ["LAYER", "Call", "arg_key", "finding", "observed_calls", "call_from_event"]
+__all__ = ["LAYER", "Call", "arg_key", "finding", "observed_calls", "call_from_event", "undecided"]
 
 LAYER = "verifier"
 
@@ -74,3 +74,9 @@ def finding(check: str, message: str, *, step: int | None, evidence: dict[str, A
     """A verifier finding: blocking, so intervene mode asks for repair (or blocks a malformed result)."""
     return Finding(layer=LAYER, check=check, message=message, step=step, evidence=evidence or {},
                    hint=hint, blocking=True, severity=Severity.WARNING)
+
+
+def undecided(check: str, message: str, *, step: int | None, evidence: dict[str, Any] | None = None) -> Finding:
+    """A note that a check could not decide within its work bound: informational, never a flag or a block."""
+    return Finding(layer=LAYER, check=check, message=message, step=step, evidence=evidence or {},
+                   blocking=False, severity=Severity.INFO)

@@ -20,7 +20,11 @@ __all__ = ["EpisodeVerdict", "contract_findings", "verify_episode"]
 
 @dataclass
 class EpisodeVerdict:
-    """The checks' outcome for one episode: a flag per check (true = a problem) and the findings."""
+    """The checks' outcome for one episode: a flag per check (true = a problem) and the findings.
+
+    Informational findings (a check that could not decide within its work bound) are listed but
+    never raise a flag.
+    """
 
     episode_id: str
     label: str
@@ -29,7 +33,7 @@ class EpisodeVerdict:
 
     @property
     def flags(self) -> dict[str, bool]:
-        return {check: any(f.check == check for f in self.findings) for check in CHECKS}
+        return {check: any(f.check == check and f.blocking for f in self.findings) for check in CHECKS}
 
     def to_json(self) -> dict[str, Any]:
         """The `guardrail verify --json` record."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from guardrail.events import Finding
 from verifiers.numbers import Figure, UnreadableFigure, find_figures, same_amount
-from verifiers.observed import Call, arg_key, finding
+from verifiers.observed import Call, arg_key, finding, undecided
 from verifiers.spec import VerifierSpec
 
 __all__ = ["MAX_COMBINATIONS", "admissible_totals", "check_total_consistency", "line_items", "stated_totals"]
@@ -103,8 +103,10 @@ def check_total_consistency(spec: VerifierSpec, calls: Sequence[Call], answer: s
                         hint="state the total the task asked for")]
     items = line_items(spec, calls)
     admissible = admissible_totals(spec, items)
-    if admissible is None:
-        return []  # too many alternatives to enumerate within the budget: unknown, not false
+    if admissible is None:  # unknown is not false, but it is said
+        return [undecided("total_consistency", f"the run looked up too many alternative items to enumerate "
+                          f"every admissible total (more than {MAX_COMBINATIONS}); the total was not checked",
+                          step=step, evidence={"items": {t: len(v) for t, v in items.items()}})]
     if any(same_amount(f.value, total) for f in stated for total in admissible):
         return []
     recomputed = min(admissible, key=lambda t: abs(t - stated[0].value))
