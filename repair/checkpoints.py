@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,8 @@ __all__ = [
     "steps_from_messages",
 ]
 
+AUTOGEN_RUN_FORMAT = "guardrail-autogen-run"
+AUTOGEN_RUN_VERSION = 1
 # Tool results put on a Step are capped: a checkpoint can hold a 10 MB page and the checks only need its head.
 RESULT_CAP = 20_000
 
@@ -241,6 +244,31 @@ class AutoGenRun:
     def steps(self) -> list[Step]:
         state = self.states[-1] if self.states else self.initial_state
         return steps_from_autogen_context(_context_messages(state))
+
+    def save(self, path: str | Path) -> None:
+        """Write the run (task, every saved state, answer) as versioned JSON, atomically."""
+        from guardrail.fileio import atomic_write_text
+
+        payload = {"format": AUTOGEN_RUN_FORMAT, "version": AUTOGEN_RUN_VERSION, **dataclasses.asdict(self)}
+        atomic_write_text(path, json.dumps(payload, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: str | Path) -> AutoGenRun:
+        """Read a run written by `save`; a file of another format or version is refused with a clear error."""
+        try:
+            payload = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"cannot read AutoGen run {path}: {exc}") from exc
+        if not isinstance(payload, dict) or payload.get("format") != AUTOGEN_RUN_FORMAT:
+            raise CheckpointError(f"{path} is not a {AUTOGEN_RUN_FORMAT} file")
+        if payload.get("version") != AUTOGEN_RUN_VERSION:
+            raise CheckpointError(f"{path} has version {payload.get('version')!r}; this guardrail reads "
+                                  f"version {AUTOGEN_RUN_VERSION}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing = {"task", "initial_state"} - payload.keys()
+        if missing:
+            raise CheckpointError(f"{path} lacks {sorted(missing)}")
+        return cls(**{k: v for k, v in payload.items() if k in fields})
 
     def state_before(self, step: int) -> dict[str, Any]:
         """The saved agent state just before model step `step` (step 0: before the task)."""

@@ -9,7 +9,7 @@ import pytest
 from autogen_agentchat.agents import AssistantAgent
 
 from guardrail import Finding, Guard, Layer
-from repair import AutoGenStepLog, CheckpointError, CircuitBreaker, Repairer
+from repair import AutoGenRun, AutoGenStepLog, CheckpointError, CircuitBreaker, Repairer
 from traces.agents import SYSTEM_PROMPT
 from traces.injectors import Looping, make_injector
 from traces.labeller import stated_total
@@ -154,3 +154,24 @@ async def test_step_log_refuses_an_agent_that_makes_several_model_calls_per_run(
     agent = AssistantAgent("multi", ScriptedChatCompletionClient(), tools=[], max_tool_iterations=3)
     with pytest.raises(CheckpointError, match="max_tool_iterations=1"):
         AutoGenStepLog(agent)
+
+
+async def test_a_saved_run_loads_back_and_forks_from_disk(tmp_path: Any) -> None:
+    booking = Booking()
+    log = AutoGenStepLog(booking.agent)
+    run = await log.run(booking.task.prompt)
+    run.save(tmp_path / "run.json")
+
+    loaded = AutoGenRun.load(tmp_path / "run.json")
+    flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=3)
+    outcome = await Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located").arepair_autogen(
+        log, loaded, [flag])
+
+    assert loaded.states == run.states and loaded.answer == run.answer
+    assert outcome.outcome == "repaired"
+
+
+def test_loading_a_file_of_another_version_says_so(tmp_path: Any) -> None:
+    (tmp_path / "run.json").write_text('{"format": "guardrail-autogen-run", "version": 99}')
+    with pytest.raises(CheckpointError, match="version 99"):
+        AutoGenRun.load(tmp_path / "run.json")
