@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := guardrail monitors verifiers repair adapters traces
 
-.PHONY: install demo test lint typecheck pytest fuzz clean
+.PHONY: install demo test lint typecheck pytest fuzz services clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,18 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(PACKAGES)
 
-pytest: install
+# PostgreSQL for the shared-checkpoint tests (installed from Debian packages when missing; the tests
+# start their own throwaway server on loopback and skip with a message if it cannot be had).
+services:
+	@bash scripts/postgres.sh install || echo "note: PostgreSQL could not be installed; the Postgres tests will skip"
+
+pytest: install services
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
 fuzz: install
-	GUARDRAIL_FUZZ_EXAMPLES=$${GUARDRAIL_FUZZ_EXAMPLES:-20000} $(BIN)/pytest -m fuzz -p no:randomly tests
+	GUARDRAIL_FUZZ_EXAMPLES=$${GUARDRAIL_FUZZ_EXAMPLES:-3000} $(BIN)/pytest -m fuzz -p no:randomly tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
