@@ -186,5 +186,7 @@ async def test_the_async_hooks_run_the_same_checks():
         await guard.aon_step(ctx, Step(index=ctx.step_index, kind=StepKind.TOOL_CALL,
                                        tool_events=[ToolEvent(name=name, args=args, result=output)]))
     final = await guard.aon_finish(ctx, answer="The total is $2515.")
-    assert [d.verdict for d in decisions].count(Verdict.BLOCK) == 1
+    # The malformed flight price is blocked; so is the calculator call that then uses 222, never validly received.
+    blocked = [(i, d.findings[0].check) for i, d in enumerate(decisions) if d.verdict is Verdict.BLOCK]
+    assert blocked == [(2, "tool_contract"), (10, "grounding")]
     assert final.verdict is Verdict.REPAIR
