@@ -6,6 +6,7 @@ samples on the `SelfConsistencyLayer`, and ask the Guard about the modal call.
 
 - LangChain v1 / LangGraph: `SelfConsistencyMiddleware`, an ``AgentMiddleware`` whose
   ``wrap_model_call`` calls the model N times (``create_agent(..., middleware=[...])``).
+- a hand-built LangGraph ``StateGraph``: `sampling_model_node`, a model node doing the same.
 - AutoGen: `SamplingChatCompletionClient`, a ``ChatCompletionClient`` wrapping the real one
   (``AssistantAgent(model_client=SamplingChatCompletionClient(inner, ...))``).
 
@@ -42,7 +43,8 @@ from guardrail.layer import EpisodeContext
 if TYPE_CHECKING:
     from autogen_core.models import CreateResult
 
-__all__ = ["GatedStep", "SamplingChatCompletionClient", "SelfConsistencyMiddleware", "StepSampler"]
+__all__ = ["GatedStep", "SamplingChatCompletionClient", "SelfConsistencyMiddleware", "StepSampler",
+           "sampling_model_node"]
 
 EpisodeSource = EpisodeContext | Callable[[], EpisodeContext]
 _GATING_CHECKS = ("hallucinated_arguments", "epoch_not_fixed")
@@ -204,6 +206,26 @@ class SelfConsistencyMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-typ
         responses = [await handler(request) for _ in range(self.sampler.n)]
         calls = [_first_tool_call(response)[1] for response in responses]
         return self._respond(responses, await self.sampler.agate(calls))
+
+
+def sampling_model_node(model: Any, sampler: StepSampler) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A model node for a hand-built LangGraph ``StateGraph`` over ``messages``: N candidates, gated.
+
+        graph.add_node("model", sampling_model_node(model.bind_tools(tools), sampler))
+        graph.add_node("tools", ToolNode(tools))
+
+    The node invokes `model` N times on the state's messages and returns the modal candidate,
+    or, when the Guard blocks it, an assistant message without tool calls saying why.
+    """
+    from langchain_core.messages import AIMessage
+
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        responses = [model.invoke(state["messages"]) for _ in range(sampler.n)]
+        step = sampler.gate([_first_tool_call(response)[1] for response in responses])
+        message = AIMessage(content=_blocked_text(step)) if step.blocked else responses[step.chosen]
+        return {"messages": [message]}
+
+    return node
 
 
 # ---------------------------------------------------------------------- AutoGen

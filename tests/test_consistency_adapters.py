@@ -213,3 +213,41 @@ async def test_harness_runs_autogen_function_tools_asynchronously():
     assert missing.error is not None and "ORD-404" in missing.error
     (sync_attempt,) = harness.run([ProposedCall("get_order", {"order_id": "ORD-1"})])
     assert sync_attempt.error is not None and "arun()" in sync_attempt.error
+
+
+def test_hand_built_langgraph_graph_with_a_sampling_model_node():
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from adapters.sampling import StepSampler, sampling_model_node
+
+    guard, layer, harness = gated_guard()
+    ctx = guard.start_episode(framework="langgraph")
+    executed: list[str] = []
+
+    @tool
+    def get_order(order_id: str) -> str:
+        """Look up an order by id."""
+        executed.append(order_id)
+        return json.dumps(lookup_order(order_id))
+
+    turns = [get_order_call("ORD-2", f"c{i}") for i in range(5)] + [AIMessage(content="Paid.")] * 5
+    turns += [get_order_call(f"ORD-8{i}", f"d{i}") for i in range(5)]
+    model = ScriptedChatModel(messages=iter(turns))
+    sampler = StepSampler(guard, layer, harness, episode=ctx, n=5)
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", sampling_model_node(model, sampler))
+    graph.add_node("tools", ToolNode([get_order]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+
+    first = app.invoke({"messages": [("user", "status of ORD-2?")]}, config)
+    assert executed == ["ORD-2"] and first["messages"][-1].content == "Paid."
+    second = app.invoke({"messages": [("user", "and my other order?")]}, config)
+    assert executed == ["ORD-2"]  # the fabricated lookup never reached the ToolNode
+    assert "[guardrail]" in second["messages"][-1].content
+    assert [v.decision.value for v in layer.verdicts(ctx)] == ["accept", "reject"]

@@ -81,7 +81,8 @@ class SelfConsistencyLayer(Layer):
         try:
             verdict = self.gate.evaluate(samples)
         except EpochNotFixedError as exc:
-            return [Finding(layer=self.name, check="epoch_not_fixed", message=str(exc), blocking=True,
+            return [Finding(layer=self.name, check="epoch_not_fixed", predicate="epoch_fixed", message=str(exc),
+                            blocking=True,
                             severity=Severity.ERROR, step=step,
                             hint="run all N samples in one pinned sandbox epoch and tag each with its id")]
         except CanonicalizationError as exc:
@@ -93,14 +94,17 @@ class SelfConsistencyLayer(Layer):
             state.verdicts.append(verdict)
         score = 1.0 - verdict.arg_agreement
         common: dict[str, Any] = {"layer": self.name, "evidence": verdict.evidence(), "step": step, "score": score,
-                                  "predicate": verdict.tool, "args": [verdict.tool] if verdict.tool else []}
+                                  "args": [verdict.tool] if verdict.tool else []}
+        # `predicate` names the property the samples failed: the arguments agree / the tool is deterministic.
         if verdict.decision is PlanDecision.REJECT:
-            return [Finding(check="hallucinated_arguments", message=verdict.message, blocking=True,
+            return [Finding(check="hallucinated_arguments", predicate="arguments_agree", message=verdict.message,
+                            blocking=True,
                             severity=Severity.WARNING,
                             hint="re-sample the step, or ask for the identifier the plan needs instead of guessing it",
                             **common)]
         if verdict.decision is PlanDecision.DEFER:
-            return [Finding(check="nondeterministic_tool", message=verdict.message, severity=Severity.WARNING,
+            return [Finding(check="nondeterministic_tool", predicate="tool_deterministic", message=verdict.message,
+                            severity=Severity.WARNING,
                             hint=f"re-sample or escalate; {verdict.tool!r} is quarantined until it is fixed, "
                                  "released (registry.release) and probed again",
                             **common)]
