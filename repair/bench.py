@@ -269,7 +269,11 @@ def _run(args: argparse.Namespace) -> int:
             emit_json(row.as_json())
         sys.stderr.write(json.dumps(summary) + "\n" + "\n".join(notes) + "\n")
         return 0
-    print_table([row.as_json() for row in rows], JSON_KEYS)
+    table = [row.as_json() for row in rows]
+    for line in table:  # exact p-values can be tiny: show them in scientific form, not as 0.000
+        p_value = line["p_vs_resample"]
+        line["p_vs_resample"] = None if p_value is None else f"{p_value:.2g}"
+    print_table(table, JSON_KEYS)
     sys.stdout.write("\n" + "\n".join(f"{k}: {v}" for k, v in summary.items()) + "\n")
     sys.stdout.write(f"significant at Bonferroni alpha {summary['bonferroni_alpha']}: "
                      + (", ".join(r.rung for r in rows if r.p_vs_resample is not None
