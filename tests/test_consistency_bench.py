@@ -45,3 +45,16 @@ def test_all_fabricated_plans_on_verified_tools_are_mostly_caught():
 def test_bad_options_get_a_clear_error(capsys):
     assert main(["bench", "consistency", "--fabricated", "0.9", "--ambiguous", "0.5"]) == 2
     assert "fractions" in capsys.readouterr().err
+
+
+def test_naive_scorer_rejects_what_the_separated_gate_defers():
+    from guardrail.consistency import ConsistencyGate, DeterminismRegistry, PlanSample, ToolSchema
+    from guardrail.consistency_bench import NaiveCombinedScorer
+
+    registry = DeterminismRegistry([ToolSchema("search_index", True, probe_args={"q": "x"})])
+    registry.probe(lambda tool, args: [1, 2], epoch="e")
+    reordered = [PlanSample("search_index", {"q": "deploy"}, "e", result=hits)
+                 for hits in ([1, 2, 3], [2, 1, 3], [1, 2, 3], [3, 1, 2], [2, 3, 1])]
+    rejects, combined = NaiveCombinedScorer(registry).rejects(reordered)
+    assert rejects and combined == 0.1
+    assert ConsistencyGate(registry).evaluate(reordered).decision.value == "defer"
