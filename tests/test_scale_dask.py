@@ -179,6 +179,26 @@ def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_clust
         assert b["scores"] == pytest.approx(a["scores"], rel=1e-9, abs=1e-12)
 
 
+def test_fit_cli_writes_the_same_model_on_dask_and_local(user_cluster, sentinel_dir, tmp_path):
+    import numpy as np
+
+    from guardrail.cli import main
+    from monitors.model_file import read_header
+
+    corpus = str(sentinel_dir / "autogen7b")
+    local_model, dask_model = tmp_path / "local.npz", tmp_path / "dask.npz"
+    assert main(["fit", corpus, "-o", str(local_model), "--quiet"]) == 0
+    assert main(["fit", corpus, "-o", str(dask_model), "--quiet", "--engine", "dask",
+                 "--address", user_cluster.scheduler_address]) == 0
+    local_header, dask_header = read_header(local_model), read_header(dask_model)
+    assert dask_header["threshold"] == pytest.approx(local_header["threshold"], rel=1e-9)
+    assert dask_header["telemetry"] == local_header["telemetry"]
+    assert dask_header["arrays"] == local_header["arrays"]
+    with np.load(local_model) as a, np.load(dask_model) as b:
+        for key in local_header["arrays"]:
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-9, atol=1e-12, err_msg=key)
+
+
 def test_scale_bench_reports_each_configuration_with_the_equality_check(user_cluster, shards, model_file, capsys):
     from guardrail.cli import main
 
