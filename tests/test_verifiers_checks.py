@@ -273,3 +273,12 @@ def test_too_many_alternatives_is_said_not_flagged():
     [note] = [f for f in verdict.findings if f.check == "total_consistency"]
     assert not note.blocking and note.severity == "info" and "not checked" in note.message
     assert verdict.flags["total_consistency"] is False
+
+
+def test_two_hotels_at_the_same_rate_are_two_items_for_grounding():
+    hotels = [("Prague", "$150/night"), ("Bergen", "$150/night"), ("Tunis", "$155/night")]
+    total = 364 + 410 + 222 + 179 + 2 * (150 + 150 + 155)
+    answer = f"Hotels in Prague and Bergen cost $600 together; the total is ${total}."
+    episode = tour(hotels=hotels, expression="(364+410+222+179)+(150*2)+(150*2)+(155*2)", calc_result=str(total),
+                   answer=answer)
+    assert checks_flagged(episode) == set()

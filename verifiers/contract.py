@@ -46,10 +46,6 @@ class Classified:
     value: float | None = None
     reason: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.kind in ("value", "empty", "unchecked")
-
 
 def classify_result(spec: VerifierSpec, tool: str, result: str | None, *, is_error: bool = False,
                     contract: Contract | None = None, data: Any = None) -> Classified:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from guardrail.events import Finding
 from verifiers.numbers import find_figures, find_numbers, same_amount
-from verifiers.observed import Call, finding, undecided
+from verifiers.observed import Call, arg_key, finding, undecided
 from verifiers.spec import VerifierSpec
 
 __all__ = ["GroundingLedger", "MAX_SUMS"]
@@ -30,7 +30,7 @@ class GroundingLedger:
         self.spec = spec
         self.values_: list[float] = list(spec.constants)  # every figure received (and the constants)
         self.sums_: set[float] = {0.0}  # sums of distinct line items (each times its multiplicity)
-        self._item_keys: set[tuple[str, float]] = set()
+        self._item_keys: set[tuple[str, tuple[str | None, ...]]] = set()
         self.saturated_ = False
         self.facts_: dict[str, dict[str, str]] = {}  # fact tool -> argument value -> the value it returned
 
@@ -58,9 +58,10 @@ class GroundingLedger:
             return
         self.values_.append(value)
         item = self.spec.line_item_tools().get(call.tool)
-        item_key = (call.tool, value)
+        # One atom per distinct item (two hotels at the same rate are two atoms); a retry adds none.
+        item_key = (call.tool, arg_key(call, item.key_args) if item is not None else (str(value),))
         if item_key in self._item_keys:
-            return  # the same figure again (a retry) adds no new combination
+            return
         self._item_keys.add(item_key)
         if item is not None:
             self.values_.append(round(value * item.multiplicity, 2))

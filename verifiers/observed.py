@@ -1,7 +1,7 @@
 """What a run observed: its tool calls in order, each result classified against the spec.
 
-Every check reads a run through `observed_calls`, so the checks agree on which results are
-values, which are declared errors and which are malformed.
+Every check reads a run's calls through `call_from_event` (offline) or the layer (live), so the
+checks agree on which results are values, which are declared errors and which are malformed.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail.events import Episode, Finding, Severity, ToolEvent
+from guardrail.events import Finding, Severity, ToolEvent
 from verifiers.contract import Classified, Contract, classify_result
 from verifiers.spec import VerifierSpec
 
-__all__ = ["LAYER", "Call", "arg_key", "finding", "observed_calls", "call_from_event", "undecided"]
+__all__ = ["LAYER", "Call", "arg_key", "finding", "call_from_event", "undecided"]
 
 LAYER = "verifier"
 
@@ -60,13 +60,6 @@ def call_from_event(spec: VerifierSpec, step: int, event: ToolEvent,
     contract = (contracts or {}).get(event.name)
     return Call(step, event.name, event.args, event.result,
                 classify_result(spec, event.name, event.result, is_error=event.is_error, contract=contract))
-
-
-def observed_calls(episode: Episode, spec: VerifierSpec,
-                   contracts: Mapping[str, Contract] | None = None) -> list[Call]:
-    """Every tool call of the episode, in order, classified."""
-    return [call_from_event(spec, step.index, event, contracts)
-            for step in episode.steps for event in step.tool_events]
 
 
 def finding(check: str, message: str, *, step: int | None, evidence: dict[str, Any] | None = None,
