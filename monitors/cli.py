@@ -23,6 +23,7 @@ from guardrail.events import Episode
 from monitors.calibration import alarm_threshold
 from monitors.model_file import ModelFileError, load_monitor, save_monitor
 from monitors.monitor import PRESETS, StepMonitor
+from monitors.perturb import perturb
 from monitors.telemetry import Telemetry
 
 __all__ = ["FIT", "SCORE", "featurize_shard", "healthy_stats_shard", "score_shard"]
@@ -42,11 +43,15 @@ def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, int]:
     return {"steps": len(steps), "with_logprobs": sum(1 for s in steps if s.token_logprobs)}
 
 
-def featurize_shard(shard: dict[str, Any]) -> list[list[list[float]]]:
-    """The (T, dim) telemetry of each episode in the shard, as nested lists (JSON-able)."""
+def featurize_shard(shard: dict[str, Any]) -> dict[str, Any]:
+    """The (T, dim) telemetry of each episode in the shard as nested lists (JSON-able), plus, when
+    ``shard["perturb"]`` is set, the telemetry of synthetic perturbations of them (for a logistic fusion)."""
     telemetry = Telemetry(**shard["telemetry"])
     telemetry.set_channels(shard["channels"])
-    return [telemetry.transform(e).tolist() for e in _episodes(shard["corpus"], shard["ids"])]
+    episodes = _episodes(shard["corpus"], shard["ids"])
+    perturbed = perturb(episodes, random_state=int(shard.get("seed", 0))) if shard.get("perturb") else []
+    return {"features": [telemetry.transform(e).tolist() for e in episodes],
+            "perturbed": [[i, telemetry.transform(e).tolist()] for i, e in perturbed]}
 
 
 def score_shard(shard: dict[str, Any]) -> list[dict[str, Any]]:
@@ -124,12 +129,17 @@ def _run_fit(args: argparse.Namespace) -> int:
         telemetry.set_channels([c for c in telemetry.channels
                                 if c != "u" or coverage >= telemetry.min_logprob_coverage])
         channel_info = {"telemetry": settings, "channels": list(telemetry.channels_)}
-        features = [np.asarray(f, dtype=float).reshape(-1, telemetry.dim_)
-                    for shard_features in _mapped(engine, featurize_shard,
-                                                  [{**s, **channel_info} for s in train_shards], "featurize", show)
-                    for f in shard_features]
+        features: list[np.ndarray] = []
+        perturbed: list[tuple[int, np.ndarray]] = []
+        featurize = [{**s, **channel_info, "perturb": monitor.fusion == "logistic", "seed": n}
+                     for n, s in enumerate(train_shards)]
+        for shard_out in _mapped(engine, featurize_shard, featurize, "featurize", show):
+            offset = len(features)
+            features += [np.asarray(f, dtype=float).reshape(-1, telemetry.dim_) for f in shard_out["features"]]
+            perturbed += [(offset + i, np.asarray(f, dtype=float).reshape(-1, telemetry.dim_))
+                          for i, f in shard_out["perturbed"]]
         monitor.telemetry_ = telemetry
-        monitor.fit_features([f for f in features if len(f)])
+        monitor.fit_features(features, perturbed)
         # Threshold: score the held-out healthy episodes with the saved model on the same engine.
         with tempfile.TemporaryDirectory() as tmp:
             draft = str(Path(tmp) / "draft.npz")

@@ -55,42 +55,37 @@ class EsnCusum:
         self.channels_ = list(slices)
         self._set_layout(slices, int(healthy[0].shape[1]))
         self._init_reservoirs()
-        per_episode = [self._design(seq) for seq in healthy]  # (Z_r list, Y_r list) per episode
-        folds = np.arange(len(healthy)) % max(2, min(self.n_folds, len(healthy)))
-        residuals: list[list[np.ndarray]] = [[] for _ in range(self.n_reservoirs_)]
-        residual_episode: list[np.ndarray] = []
-        for fold in np.unique(folds):
-            train = [per_episode[i] for i in np.flatnonzero(folds != fold)]
-            readouts = self._solve(train)
-            for i in np.flatnonzero(folds == fold):
-                zs, ys = per_episode[i]
-                for r in range(self.n_reservoirs_):
-                    residuals[r].append(zs[r] @ readouts[r] - ys[r])
-                residual_episode.append(np.full(len(ys[0]), i))
+        designs, row_episode = self._designs(healthy)  # per reservoir: (Z_r, Y_r) over all (episode, t) rows
+        folds_of_episode = np.arange(len(healthy)) % max(2, min(self.n_folds, len(healthy)))
+        row_fold = folds_of_episode[row_episode]
+        residuals = [np.empty_like(y) for _, y in designs]
+        for fold in np.unique(folds_of_episode):
+            held_out = row_fold == fold
+            readouts = self._solve(designs, ~held_out)
+            for r, (z, y) in enumerate(designs):
+                residuals[r][held_out] = z[held_out] @ readouts[r] - y[held_out]
         # Residual scale per reservoir output dimension, pooled over the K members of a channel.
         sigma = np.empty(self.out_dim_)
         for c in range(len(self.channels_)):
-            pooled = np.vstack([np.vstack(residuals[r]) for r in self._members(c)])
+            pooled = np.vstack([residuals[r] for r in self._members(c)])
             scale = np.sqrt(np.mean(pooled ** 2, axis=0)) if len(pooled) else np.ones(pooled.shape[1])
             scale = np.maximum(scale, 1e-3 + 0.05 * float(np.mean(scale)) if scale.size else 1e-3)
             for r in self._members(c):
                 sigma[self.out_slices_[r]] = scale
         self.inv_sigma_ = 1.0 / sigma
-        # Robust-z calibration of the surprise q per channel, from the same out-of-fold residuals.
-        q = np.zeros((sum(len(x) for x in residual_episode), len(self.channels_)))
+        # Calibration of the surprise q per channel, from the same out-of-fold residuals.
+        q = np.zeros((len(row_episode), len(self.channels_)))
         for c in range(len(self.channels_)):
-            acc = 0.0
             for r in self._members(c):
-                err = np.vstack(residuals[r]) * self.inv_sigma_[self.out_slices_[r]]
-                acc = acc + np.mean(err ** 2, axis=1)
-            q[:, c] = acc / self.n_members
+                err = residuals[r] * self.inv_sigma_[self.out_slices_[r]]
+                q[:, c] += np.mean(err ** 2, axis=1) / self.n_members
         # Standardise by the out-of-fold mean and standard deviation (not median/MAD): q is right-skewed,
         # and only a mean-centred z gives the CUSUM the negative drift (-kappa) it needs on healthy runs.
         center = q.mean(axis=0) if len(q) else np.zeros(len(self.channels_))
         spread = q.std(axis=0) if len(q) else np.ones(len(self.channels_))
         self.q_center_ = center
         self.q_scale_ = np.maximum(spread, 1e-6 + 0.1 * np.abs(center))
-        self._build_readout(self._solve(per_episode))
+        self._build_readout(self._solve(designs, np.ones(len(row_episode), dtype=bool)))
         return self
 
     def _set_layout(self, slices: dict[str, slice], dim: int) -> None:
@@ -135,31 +130,44 @@ class EsnCusum:
         self.w_in_ = w_in
 
     def _states(self, seq: np.ndarray) -> np.ndarray:
-        """Reservoir states h_t for t = 0..T-1, shape (T, R, N) (batch form of the stream's update)."""
-        h = np.zeros((self.n_reservoirs_, self.n_units))
-        out = np.empty((len(seq), self.n_reservoirs_, self.n_units))
-        drive = (seq @ self.w_in_.T).reshape(len(seq), self.n_reservoirs_, self.n_units)
-        for t in range(len(seq)):
-            h = (1.0 - self.leak) * h + self.leak * np.tanh(np.matmul(self.w_, h[:, :, None])[:, :, 0] + drive[t])
-            out[t] = h
+        """Reservoir states h_t of one sequence, shape (T, R, N) (the batch form of the stream's update)."""
+        return self._batch_states([seq])[0][: len(seq)]
+
+    def _batch_states(self, seqs: Sequence[np.ndarray]) -> np.ndarray:
+        """States of many sequences at once, shape (E, T_max, R, N); steps past an episode's end are padding."""
+        t_max = max(len(s) for s in seqs)
+        padded = np.zeros((len(seqs), t_max, self.dim_))
+        for e, seq in enumerate(seqs):
+            padded[e, : len(seq)] = seq
+        drive = (padded @ self.w_in_.T).reshape(len(seqs), t_max, self.n_reservoirs_, self.n_units)
+        h = np.zeros((len(seqs), self.n_reservoirs_, self.n_units))
+        out = np.empty((len(seqs), t_max, self.n_reservoirs_, self.n_units))
+        for t in range(t_max):
+            recurrent = np.einsum("rij,erj->eri", self.w_, h)
+            h = (1.0 - self.leak) * h + self.leak * np.tanh(recurrent + drive[:, t])
+            out[:, t] = h
         return out
 
-    def _design(self, seq: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per reservoir: inputs [h_t; x_t; 1] for t < T-1 and targets x_{t+1} on its channel."""
-        states = self._states(seq)
-        zs, ys = [], []
-        ones = np.ones((max(len(seq) - 1, 0), 1))
+    def _designs(self, seqs: Sequence[np.ndarray]) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        """Per reservoir: inputs [h_t; x_t; 1] and targets x_{t+1} on its channel over every (episode, t < T-1)."""
+        states = self._batch_states(seqs)
+        rows = [(e, t) for e, seq in enumerate(seqs) for t in range(len(seq) - 1)]
+        episode_of_row = np.array([e for e, _ in rows], dtype=int)
+        time_of_row = np.array([t for _, t in rows], dtype=int)
+        x_now = np.vstack([seq[:-1] for seq in seqs if len(seq) > 1]) if rows else np.zeros((0, self.dim_))
+        x_next = np.vstack([seq[1:] for seq in seqs if len(seq) > 1]) if rows else np.zeros((0, self.dim_))
+        ones = np.ones((len(rows), 1))
+        designs = []
         for r in range(self.n_reservoirs_):
             sl = self.slices_[self.channels_[int(self.reservoir_channel_[r])]]
-            zs.append(np.hstack([states[:-1, r], seq[:-1, sl], ones]))
-            ys.append(seq[1:, sl])
-        return zs, ys
+            h = states[episode_of_row, time_of_row, r]
+            designs.append((np.hstack([h, x_now[:, sl], ones]), x_next[:, sl]))
+        return designs, episode_of_row
 
-    def _solve(self, designs: Sequence[tuple[list[np.ndarray], list[np.ndarray]]]) -> list[np.ndarray]:
+    def _solve(self, designs: Sequence[tuple[np.ndarray, np.ndarray]], rows: np.ndarray) -> list[np.ndarray]:
         readouts = []
-        for r in range(self.n_reservoirs_):
-            z = np.vstack([d[0][r] for d in designs])
-            y = np.vstack([d[1][r] for d in designs])
+        for z_all, y_all in designs:
+            z, y = z_all[rows], y_all[rows]
             gram = z.T @ z + self.ridge * np.eye(z.shape[1])
             gram[-1, -1] -= self.ridge - 1e-8  # leave the intercept (nearly) unpenalised
             readouts.append(np.linalg.solve(gram, z.T @ y))

@@ -17,6 +17,7 @@ from threadpoolctl import threadpool_limits
 from guardrail.events import Episode, Step
 from monitors.calibration import alarm_threshold
 from monitors.hybrid import Hybrid, HybridStream
+from monitors.perturb import perturb
 from monitors.telemetry import Telemetry, TelemetryStream
 
 __all__ = ["DEFAULT_CONFIG", "PRESETS", "EpisodeScore", "MonitorStream", "StepMonitor"]
@@ -33,6 +34,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "hybrid": {"components": ["esn_cusum_max", "delta_mahalanobis"], "fusion": "max"},
     "hybrid_weighted50": {"components": ["esn_cusum_max", "delta_mahalanobis"], "fusion": "weighted"},
     "hybrid_all": {"components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis"], "fusion": "max"},
+    "hybrid_logistic": {"components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis"], "fusion": "logistic"},
 }
 
 
@@ -95,7 +97,10 @@ class StepMonitor:
             raise ValueError(f"fit needs at least 4 healthy episodes with steps, got {len(usable)}")
         self.telemetry_ = Telemetry(**(self.telemetry or Telemetry()).get_params()).fit(usable)
         features = [self.telemetry_.transform(e) for e in usable]
-        return self.fit_features(features)
+        perturbed = []
+        if self.fusion == "logistic":
+            perturbed = [(i, self.telemetry_.transform(e)) for i, e in perturb(usable, random_state=self.random_state)]
+        return self.fit_features(features, perturbed)
 
     def fit_features(self, features: Sequence[np.ndarray],
                      perturbed: Sequence[tuple[int, np.ndarray]] = ()) -> StepMonitor:
