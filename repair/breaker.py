@@ -53,12 +53,15 @@ class LoopDetector:
 class CircuitBreaker:
     """Ends a run fast with a clear outcome instead of letting it spin.
 
-    Trips on a detected loop, when the run is still flagged after `max_attempts` repair
-    attempts, or when a flagged run (original steps plus every fork's new steps) reaches
-    `step_budget` steps: the published loop trap exits at 10 steps instead of running to 30.
+    Trips on a detected loop (the same call `loop_repeats` times within `loop_window` steps),
+    when the run is still flagged after `max_attempts` repair attempts, or, when `step_budget`
+    is set, once a flagged run (original steps plus every fork's new steps) reaches that many
+    steps. The published loop trap exits at 10 steps instead of 30; with these defaults the
+    testbed's trap exits at its third identical call. The budget is off by default because a
+    long task repaired from an early step legitimately re-runs most of its steps.
     """
 
-    def __init__(self, max_attempts: int = 2, step_budget: int = 10, loop_repeats: int = 3,
+    def __init__(self, max_attempts: int = 2, step_budget: int | None = None, loop_repeats: int = 3,
                  loop_window: int = 6) -> None:
         self.max_attempts = max_attempts
         self.step_budget = step_budget
@@ -85,7 +88,8 @@ class BreakerRun:
         if self.loops.update(step):
             return Trip("loop", f"the same tool call repeated {self.breaker.loop_repeats} times within "
                                 f"{self.breaker.loop_window} steps", step.index)
-        if self.flagged and self.steps_seen >= self.breaker.step_budget:
+        budget = self.breaker.step_budget
+        if self.flagged and budget is not None and self.steps_seen >= budget:
             return Trip("step_budget", f"the flagged run reached its budget of {self.breaker.step_budget} steps",
                         step.index)
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,11 +15,11 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
-from guardrail import Finding, Guard, Layer
+from guardrail import Finding, Guard, Layer, Severity
 from repair import CircuitBreaker, Repairer, sqlite_checkpointer
 from repair.checkpoints import LangGraphCheckpoints
 from traces.agents import build_langgraph_agent
-from traces.injectors import Looping, make_injector
+from traces.injectors import ContextCorruption, Looping, make_injector
 from traces.labeller import stated_total
 from traces.models import ScriptedChatModel
 from traces.policy import Policy
@@ -167,6 +168,45 @@ def test_online_intervene_repairs_before_the_answer_and_traces_each_attempt(book
     assert attributes["guardrail.repair.outcome"] == "passed"
 
 
+class SpliceAlarm(Layer):
+    """Test stand-in for the step monitor: alarms on a step whose price result carries a second, spliced figure."""
+
+    name = "monitor"
+
+    def on_step(self, ctx: Any, step: Any) -> list[Finding]:
+        spliced = [e for e in step.tool_events if len(re.findall(r"\$\d+", e.result or "")) > 1]
+        if not spliced:
+            return []
+        return [Finding(layer=self.name, check="hybrid", message="step score over threshold",
+                        severity=Severity.ALARM, step=step.index, score=0.97)]
+
+
+def test_live_alarm_stops_the_run_at_once_and_repairs_from_before_the_alarm(tmp_path: Path) -> None:
+    booking = Booking(tmp_path / "runs.db", seed=TOUR_SEED, arithmetic_rate=0.0,
+                      fault=ContextCorruption(onset=1, duration=1, seed=TOUR_SEED))  # one corrupted result
+
+    outcome = Repairer(Guard([SpliceAlarm(), AnswerCheck(booking.task)], mode="intervene")).run_langgraph(
+        booking.graph, booking.inputs, booking.config)
+
+    assert outcome.findings[0].check == "hybrid" and outcome.findings[0].step == 1
+    assert outcome.original_answer is None and len(outcome.steps) == 2  # stopped before a third model call
+    assert outcome.attempts[0].target_step == 1  # step 0 fetched the last fact before the alarm
+    assert outcome.outcome == "repaired" and booking.answer_is_right(outcome.answer)
+
+
+def test_alarm_from_a_broken_tool_is_retried_then_halted(tmp_path: Path) -> None:
+    booking = Booking(tmp_path / "runs.db", seed=TOUR_SEED, arithmetic_rate=0.0,
+                      fault=ContextCorruption(onset=1, seed=TOUR_SEED))  # every result from call 1 on
+    received = []
+
+    outcome = Repairer(Guard([SpliceAlarm()], mode="intervene"), on_escalate=received.append).run_langgraph(
+        booking.graph, booking.inputs, booking.config)
+
+    assert [a.outcome for a in outcome.attempts] == ["still_flagged", "still_flagged"]
+    assert outcome.outcome == "halted" and [e.reason for e in received] == ["repair_exhausted"]
+    assert booking.model.calls == 4  # two steps, then one re-run step per attempt: ended fast
+
+
 def test_report_mode_logs_the_repair_and_forks_nothing(booking: Booking, spans: Any) -> None:
     outcome = Repairer(Guard([AnswerCheck(booking.task)], mode="report")).run_langgraph(
         booking.graph, booking.inputs, booking.config)
@@ -214,7 +254,7 @@ def test_circuit_breaker_ends_a_loop_trap_fast(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys
     sys.path.insert(0, {tests!r})
-    from guardrail import Finding, Guard, Layer
+    from guardrail import Finding, Guard, Layer, Severity
     from repair import Repairer
     from repair.checkpoints import LangGraphCheckpoints
     import test_repair_langgraph as t
