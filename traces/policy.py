@@ -199,6 +199,9 @@ class Policy:
             return None, None
         for slip, rate in zip(SLIPS, (self.arithmetic_rate, self.skip_rate, self.hallucinate_rate), strict=True):
             if draw < rate:
+                if slip == "hallucinate":  # models invent figures, not weather words or head counts
+                    figures = [c for c in plan[1:] or plan if c.reads not in ("weather", "lines")]
+                    victim = random.Random(f"{self.seed}:victim:{victim.key}").choice(figures or [victim])
                 return slip, victim
             draw -= rate
         return None, None

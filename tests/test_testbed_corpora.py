@@ -1,0 +1,28 @@
+"""The committed testbed corpora load cleanly and hold what the issue asks: >= 300 episodes per framework, every class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardrail.corpus import read_corpus
+from traces.collect import ALL_CLASSES
+
+CORPORA = Path(__file__).resolve().parents[1] / "traces" / "corpora"
+
+
+@pytest.mark.parametrize(("name", "framework"), [("testbed_langgraph", "langgraph"), ("testbed_autogen", "autogen")])
+def test_committed_corpus_loads_with_every_class_and_valid_onsets(name: str, framework: str) -> None:
+    corpus = read_corpus(CORPORA / name)
+    assert corpus.issues == []
+    assert len(corpus.episodes) >= 300
+    assert set(corpus.labels()) == set(ALL_CLASSES)
+    assert all(r.reason for r in corpus.rejected)
+    for episode in corpus.episodes:
+        assert episode.framework == framework
+        assert 4 <= episode.T <= 20
+        if episode.is_healthy:
+            assert episode.tau is None
+        else:
+            assert episode.tau is not None and 0 <= episode.tau < episode.T
