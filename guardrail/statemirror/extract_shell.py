@@ -323,10 +323,9 @@ class _Interpreter:
         if name in _WRAPPERS and name not in ("command",) and args:
             skip = 0
             if name == "timeout":
-                while skip < len(args) and (args[skip].startswith("-") or skip == 0 or not args[skip - 1:skip]):
-                    skip += 1
-                    if skip and not args[skip - 1].startswith("-"):
-                        break
+                while skip < len(args) and args[skip].startswith("-"):
+                    skip += 2 if args[skip] in ("-s", "-k", "--signal", "--kill-after") else 1
+                skip += 1  # the duration
             elif name == "env":
                 while skip < len(args) and ("=" in args[skip] or args[skip].startswith("-")):
                     skip += 1

@@ -128,12 +128,12 @@ class Gate:
             state.created.update(scope.created)
             state.installed |= scope.installed
             state.install_unknown = state.install_unknown or scope.install_unknown
-            _advance_editor(action, state)
+            _advance_editor(action, state, scope.cwd)
         report.latency_ms = (time.perf_counter() - started) * 1000.0
         return report
 
 
-def _advance_editor(raw: Action | Mapping[str, Any], state: GateState) -> None:
+def _advance_editor(raw: Action | Mapping[str, Any], state: GateState, cwd: str) -> None:
     try:
         action = normalize_action(raw)
     except ActionError:
@@ -141,8 +141,7 @@ def _advance_editor(raw: Action | Mapping[str, Any], state: GateState) -> None:
     if action.kind is ActionKind.SWE_AGENT and action.command:
         words = action.command.strip().split()
         if len(words) >= 2 and words[0] in ("open", "create"):
-            base = state.cwd or ""
-            state.editor.open_file = os.path.normpath(os.path.join(base, words[1].strip("\"'")))
+            state.editor.open_file = os.path.normpath(os.path.join(cwd, words[1].strip("\"'")))
 
 
 def _dedupe(predicates: Iterable[Predicate]) -> list[Predicate]:
