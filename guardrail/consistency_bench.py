@@ -207,10 +207,12 @@ def _quantiles(values: list[float]) -> dict[str, Any]:
 
 def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fabricated_fraction: float = 0.10,
                   ambiguous_fraction: float = 0.05, naive_threshold: float = 0.80, model_latency_s: float = 2.5,
+                  write_interval_s: float = 0.0005, reload_interval_s: float = 0.001,
                   show_progress: bool = False) -> dict[str, Any]:
     """Run both scorers over the same sampled plans in one sandbox; return the figures."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(root, seed=seed) as sandbox:
+    with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
+            root, seed=seed, write_interval_s=write_interval_s, reload_interval_s=reload_interval_s) as sandbox:
         registry = DeterminismRegistry(sandbox.schemas())
         harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
         probe_started = time.perf_counter()
@@ -302,7 +304,8 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
                                    "directory_syncs": sandbox.directory_sync.changes},
             "params": {"seed": seed, "fabricated_fraction": fabricated_fraction,
                        "ambiguous_fraction": ambiguous_fraction, "naive_threshold": naive_threshold,
-                       "model_latency_s": model_latency_s, "thresholds": vars(gate.thresholds)},
+                       "model_latency_s": model_latency_s, "write_interval_s": write_interval_s,
+                       "reload_interval_s": reload_interval_s, "thresholds": vars(gate.thresholds)},
             "wall_s": time.perf_counter() - started,
         }
 
@@ -315,10 +318,17 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ambiguous", type=float, default=0.05,
                         help="fraction of plans whose arguments legitimately vary")
     parser.add_argument("--naive-threshold", type=float, default=0.80, help="combined agreement the naive scorer needs")
+    parser.add_argument("--model-latency-s", type=float, default=2.5,
+                        help="seconds one candidate takes to sample, on the user cache's clock (TTL 60 s)")
+    parser.add_argument("--write-interval-ms", type=float, default=0.5, help="search index writer period")
+    parser.add_argument("--reload-interval-ms", type=float, default=1.0, help="config reloader period")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
 def _run(args: argparse.Namespace) -> int:
+    if min(args.model_latency_s, args.write_interval_ms, args.reload_interval_ms) <= 0:
+        sys.stderr.write("guardrail bench consistency: latencies and intervals must be positive\n")
+        return 2
     if args.plans < 1 or args.samples < 2:
         sys.stderr.write("guardrail bench consistency: --plans must be >= 1 and --samples >= 2\n")
         return 2
@@ -327,7 +337,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     figures = run_benchmark(n_plans=args.plans, n_samples=args.samples, seed=args.seed,
                             fabricated_fraction=args.fabricated, ambiguous_fraction=args.ambiguous,
-                            naive_threshold=args.naive_threshold, show_progress=not args.json)
+                            naive_threshold=args.naive_threshold, model_latency_s=args.model_latency_s,
+                            write_interval_s=args.write_interval_ms / 1e3,
+                            reload_interval_s=args.reload_interval_ms / 1e3, show_progress=not args.json)
     if args.json:
         emit_json(figures)
         return 0
