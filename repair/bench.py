@@ -43,7 +43,7 @@ JSON_KEYS = ("rung", "n", "recovered", "broken", "unchanged", "recovery_rate", "
              "extra_model_calls", "net_success_before", "net_success_after")
 MECHANISM_NOTE = (
     "mechanism checks (hold for any model): every fork starts at the chosen checkpoint, re-runs live "
-    "(fresh model and tool calls) and leaves the original branch unchanged (verified on every episode below)."
+    "(fresh model and tool calls) and leaves the original branch unchanged (checked on every repaired episode: original_branch_untouched)."
 )
 SCRIPTED_NOTE = (
     "model-dependent figures (recovered, broken, recovery_rate, p_vs_resample) come from the scripted testbed "
