@@ -5,9 +5,10 @@
 - ``wrap_tool_call`` runs ``guard.before_action``; a block returns the framework's own
   ``ToolMessage(status="error")`` carrying the warning and its repair hint, so the model reads it
   and tries again. After the tool ran, ``guard.after_result`` sees what it returned.
-- ``after_model`` / ``before_model`` feed ``guard.on_step``. A step with tool calls is fed once its
-  tool results are in (at the next model call or the end of the run), so the monitor sees the
-  same shape of step it was fitted on (the call and what came back).
+- ``wrap_model_call`` feeds ``guard.on_step`` (text, tool calls, token logprobs, model latency). A
+  step with tool calls is fed once its tool results are in (at the next model call or the end of
+  the run), so the monitor sees the same shape of step it was fitted on (the call and what came
+  back). With ``stop_on_alarm=True`` an alarm answers the next model call with a final message.
 - ``after_agent`` runs ``guard.on_finish`` and hands a repair verdict to ``on_repair``.
 
 For a hand-built ``StateGraph``: ``middleware.tool_node(tools)`` is a ``ToolNode`` with the same
@@ -25,7 +26,7 @@ from functools import partial
 from typing import Annotated, Any, NotRequired, Optional
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain.agents.middleware.types import OmitFromInput, hook_config
+from langchain.agents.middleware.types import ModelResponse, OmitFromInput
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
@@ -134,7 +135,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     ``on_repair(decision, state, runtime)`` is called when the end-of-run verdict is ``repair``
     (intervene mode, a blocking finding); what it returns is merged into the final state update.
     ``on_decision(decision)`` sees every non-allow decision (for logging or a UI).
-    ``stop_on_alarm=True`` ends the run (``jump_to="end"``) when the step monitor raises an alarm.
+    ``stop_on_alarm=True`` ends the run when the step monitor raises an alarm: the next model call is
+    answered with a final "Stopped by guardrail" message instead of reaching the model.
     """
 
     state_schema = GuardedAgentState
@@ -241,11 +243,6 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             decisions.append(self._notify(decision))
         return decisions
 
-    def _alarm_update(self, decisions: list[Decision]) -> dict[str, Any] | None:
-        if self.stop_on_alarm and any(d.verdict in (Verdict.ALARM, Verdict.REPAIR) for d in decisions):
-            return {"jump_to": "end"}
-        return None
-
     def _finish_update(self, decision: Decision, episode_id: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
         return {"guardrail_episode": episode_id, "guardrail_findings": findings,
                 "guardrail_verdict": decision.verdict.value}
@@ -269,26 +266,6 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     async def abefore_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
-
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
-        episode_id = self._episode(state)
-        return self._alarm_update(self._feed(episode_id, state.get("messages", []), final=False))
-
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
-        episode_id = self._episode(state)
-        return self._alarm_update(await self._afeed(episode_id, state.get("messages", []), final=False))
-
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
-        episode_id = self._episode(state)
-        return self._alarm_update(self._feed(episode_id, state.get("messages", []), final=False))
-
-    @hook_config(can_jump_to=["end"])
-    async def aafter_model(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
-        episode_id = self._episode(state)
-        return self._alarm_update(await self._afeed(episode_id, state.get("messages", []), final=False))
 
     def after_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
         episode_id = self._episode(state)
@@ -320,30 +297,53 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         except Exception:  # noqa: BLE001 - a failed repair leaves the run as it was
             return None
 
-    # ----------------------------------------------------------------- model calls (timed for the monitor)
-    def _remember_latency(self, request: Any, response: Any, seconds: float) -> None:
-        try:
-            episode_id = self._episode(request.state)
-        except Exception:  # noqa: BLE001 - timing is best effort
-            return
+    # ----------------------------------------------------------------- model calls
+    # Steps are fed around the model call, not from before_model/after_model nodes: each node hook
+    # adds a graph node per loop turn (a superstep and a checkpoint write), which costs far more than
+    # the guard itself; wrapping the call adds nothing to the graph.
+    def _before_model_call(self, request: Any) -> tuple[str, list[Decision]]:
+        episode_id = self._episode(request.state)
+        return episode_id, self._feed(episode_id, request.state.get("messages", []), final=False)
+
+    def _stop_response(self, decisions: list[Decision]) -> ModelResponse | None:
+        """With ``stop_on_alarm``, an alarm answers the model call with a final message: the agent ends there."""
+        alarm = next((d for d in decisions if d.verdict in (Verdict.ALARM, Verdict.REPAIR)), None)
+        if not self.stop_on_alarm or alarm is None:
+            return None
+        return ModelResponse(result=[AIMessage(content=f"Stopped by guardrail ({alarm.verdict.value}): "
+                                                       f"{alarm.message()}", id=f"guardrail-{uuid.uuid4().hex}")])
+
+    def _after_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+        produced = [m for m in getattr(response, "result", None) or [] if isinstance(m, AIMessage)]
         with self._lock:
             run = self._runs.get(episode_id)
-            if run is None:
-                return
-            for message in getattr(response, "result", None) or []:
-                if isinstance(message, AIMessage) and message.id:
+            for message in produced:
+                message.id = message.id or f"guardrail-{uuid.uuid4().hex}"  # so the step is fed once
+                if run is not None:
                     run.model_latency_s[message.id] = round(seconds, 6)
+        if not any(not m.tool_calls for m in produced):
+            return []  # a tool-calling turn is fed once its results are in
+        return self._feed(episode_id, [*request.state.get("messages", []), *produced], final=False)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        episode_id, decisions = self._before_model_call(request)
+        stop = self._stop_response(decisions)
+        if stop is not None:
+            return stop
         started = time.perf_counter()
         response = handler(request)
-        self._remember_latency(request, response, time.perf_counter() - started)
+        self._after_model_call(episode_id, request, response, time.perf_counter() - started)
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        episode_id = self._episode(request.state)
+        decisions = await self._afeed(episode_id, request.state.get("messages", []), final=False)
+        stop = self._stop_response(decisions)
+        if stop is not None:
+            return stop
         started = time.perf_counter()
         response = await handler(request)
-        self._remember_latency(request, response, time.perf_counter() - started)
+        self._after_model_call(episode_id, request, response, time.perf_counter() - started)
         return response
 
     # ----------------------------------------------------------------- tool calls
