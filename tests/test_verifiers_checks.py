@@ -268,7 +268,7 @@ def test_contracts_are_read_off_real_langchain_and_autogen_tools():
 
 
 def test_too_many_alternatives_is_said_not_flagged():
-    extra = [("lookup_flight", {"origin": f"City{i}", "destination": f"Town{i}"}, f"${100 + i}") for i in range(60)]
+    extra = [("lookup_flight", {"origin": f"City{i}", "destination": f"Town{i}"}, f"${100 + i}") for i in range(24)]  # C(28, 4) > MAX_COMBINATIONS
     verdict = verify_episode(tour(extra=extra, answer="The total is $99999."), SPEC)
     [note] = [f for f in verdict.findings if f.check == "total_consistency"]
     assert not note.blocking and note.severity == "info" and "not checked" in note.message

@@ -29,7 +29,7 @@ class GroundingLedger:
     def __init__(self, spec: VerifierSpec) -> None:
         self.spec = spec
         self.values_: list[float] = list(spec.constants)  # every figure received (and the constants)
-        self.sums_: set[float] = {0.0}  # sums of distinct line items (each times its multiplicity)
+        self.sums_: set[int] = {0}  # sums of distinct items (each times its multiplicity), in integer cents
         self._item_keys: set[tuple[str, tuple[str | None, ...]]] = set()
         self.saturated_ = False
         self.facts_: dict[str, dict[str, str]] = {}  # fact tool -> argument value -> the value it returned
@@ -38,7 +38,8 @@ class GroundingLedger:
     def _add_atom(self, value: float) -> None:
         if self.saturated_:
             return
-        grown = {round(s + value, 2) for s in self.sums_}
+        cents = round(value * 100)  # integer cents: exact sums and no per-element rounding on this hot path
+        grown = {s + cents for s in self.sums_}
         if len(self.sums_) + len(grown) > MAX_SUMS:
             self.saturated_ = True
             return
@@ -79,9 +80,8 @@ class GroundingLedger:
             return True
         if self.saturated_:
             return True
-        # Sums are kept rounded to the cent, so a cent either side covers `same_amount` without a scan.
-        cents = round(value, 2)
-        return any(round(cents + delta, 2) in self.sums_ for delta in (0.0, -0.01, 0.01))
+        # Sums are whole cents, so the cent itself is the whole `same_amount` tolerance: no scan needed.
+        return round(value * 100) in self.sums_
 
     def check_call(self, call: Call) -> list[Finding]:
         """Check a combining tool's expression before its result joins the ledger."""
