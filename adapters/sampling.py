@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from guardrail.consistency import (
+    CanonicalizationError,
     DryRunHarness,
     HallucinationGateError,
     PlanSample,
@@ -85,7 +86,10 @@ class StepSampler:
         return self.episode if isinstance(self.episode, EpisodeContext) else self.episode()
 
     def _prepare(self, samples: list[PlanSample], calls: Sequence[ProposedCall]) -> tuple[int, Action, str]:
-        chosen = modal_index(samples, self.layer.gate.registry)
+        try:
+            chosen = modal_index(samples, self.layer.gate.registry)
+        except CanonicalizationError:
+            chosen = 0  # the layer reports the samples as not comparable; the agent is never broken by them
         proposed = calls[chosen]
         call_id = proposed.call_id or f"consistency-{id(samples)}"
         args = proposed.args

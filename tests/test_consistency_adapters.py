@@ -251,3 +251,18 @@ def test_hand_built_langgraph_graph_with_a_sampling_model_node():
     assert executed == ["ORD-2"]  # the fabricated lookup never reached the ToolNode
     assert "[guardrail]" in second["messages"][-1].content
     assert [v.decision.value for v in layer.verdicts(ctx)] == ["accept", "reject"]
+
+
+def test_oversized_candidates_become_a_finding_not_a_crash():
+    from adapters.sampling import StepSampler
+    from guardrail.consistency import ProposedCall
+
+    guard, layer, harness = gated_guard()
+    ctx = guard.start_episode()
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    step = StepSampler(guard, layer, harness, episode=ctx).gate([ProposedCall("get_order", {"order_id": deep})] * 5)
+    assert step.chosen == 0
+    assert step.decision is not None
+    assert [f.check for f in step.decision.findings] == ["samples_not_comparable"]

@@ -170,8 +170,8 @@ def classify_plan(samples: Sequence[PlanSample], registry: DeterminismRegistry,
     Raises `EpochNotFixedError` (fail closed) when the samples do not share one epoch, and
     `CanonicalizationError` when a sample is too large to compare.
     """
-    limits = thresholds or GateThresholds()
-    limits.validate()
+    rule = thresholds or GateThresholds()
+    rule.validate()
     if not samples:
         raise ValueError("classify_plan needs at least one sample")
     epoch = _check_epoch(samples)
@@ -204,12 +204,12 @@ def classify_plan(samples: Sequence[PlanSample], registry: DeterminismRegistry,
         return verdict(PlanDecision.ACCEPT, "out_of_scope",
                        f"{tool!r} is nondeterministic by contract: divergence across samples carries no signal")
 
-    if arg_agreement < limits.reject_arg_below:
+    if arg_agreement < rule.reject_arg_below:
         n = len(samples)
-        if n < limits.min_samples:
+        if n < rule.min_samples:
             return verdict(PlanDecision.ACCEPT, "too_few_samples",
                            f"argument agreement {arg_agreement:.2f} over only {n} samples "
-                           f"(rejection needs N >= {limits.min_samples})")
+                           f"(rejection needs N >= {rule.min_samples})")
         unverified = sorted(name for name in called if not registry.is_verified(name))
         if unverified:
             return verdict(PlanDecision.ACCEPT, "tool_not_verified",
@@ -219,16 +219,16 @@ def classify_plan(samples: Sequence[PlanSample], registry: DeterminismRegistry,
                            "cannot be told from tool nondeterminism")
         return verdict(PlanDecision.REJECT, "fabricated_arguments",
                        f"{n} sampled plans proposed {len(counts)} different argument sets for {tool!r} "
-                       f"(argument agreement {arg_agreement:.2f} < {limits.reject_arg_below:.2f}) on a "
+                       f"(argument agreement {arg_agreement:.2f} < {rule.reject_arg_below:.2f}) on a "
                        "verified-deterministic tool in one fixed epoch: the arguments look fabricated")
 
-    if (arg_agreement >= limits.defer_arg_at_least and result_agreement is not None
-            and result_agreement < limits.defer_result_below):
+    if (arg_agreement >= rule.defer_arg_at_least and result_agreement is not None
+            and result_agreement < rule.defer_result_below):
         suspect = (tool,) if tool and status in (DeterminismStatus.VERIFIED, DeterminismStatus.UNVERIFIED) else ()
         return verdict(PlanDecision.DEFER, "nondeterministic_tool",
                        f"the samples agree on the call to {tool!r} (argument agreement {arg_agreement:.2f}) but "
                        f"identical calls returned different results (result agreement {result_agreement:.2f} < "
-                       f"{limits.defer_result_below:.2f}) in one epoch: the plan is likely right and the tool "
+                       f"{rule.defer_result_below:.2f}) in one epoch: the plan is likely right and the tool "
                        "is suspect; re-sample or escalate", suspect)
     return verdict(PlanDecision.ACCEPT, "agreement_ok",
                    f"argument agreement {arg_agreement:.2f}"
