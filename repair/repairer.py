@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ __all__ = [
     "Repairer",
     "is_flag",
 ]
+
+logger = logging.getLogger("guardrail.repair")
 
 REPAIR_SPAN = "guardrail.repair"
 # Span attributes of a repair attempt (our own names, next to the guard's other guardrail.* attributes).
@@ -169,6 +172,7 @@ class _Session:
         self.target = rollback_step(original_steps, self.flagged, fact_tools=repairer.fact_tools)
         self.trip: Trip | None = None
         self.not_applicable = False
+        self.escalation: Escalation | None = None  # a fork hit something that must not be retried
 
     def next_hint(self) -> Hint | None:
         """The next attempt's hint, or None when the ladder is over (breaker tripped or rung not applicable)."""
@@ -213,6 +217,15 @@ class _Session:
         self.attempts.append(attempt)
         if attempt.outcome == "still_flagged" and attempt.findings:
             self.current = attempt.findings
+            self.escalation = escalation_for(self.episode_id, attempt.findings, self.repairer.escalated_checks)
+            if self.escalation is not None:
+                self.escalation.attempts = len(self.attempts)
+
+    @property
+    def over(self) -> bool:
+        """True once an attempt passed, the breaker halted it, or it must be escalated."""
+        last = self.attempts[-1] if self.attempts else None
+        return last is not None and (last.outcome in ("passed", "halted") or self.escalation is not None)
 
     def conclude(self, original_answer: str | None) -> RepairOutcome:
         passed = next((a for a in self.attempts if a.outcome == "passed"), None)
@@ -221,6 +234,9 @@ class _Session:
         escalation = None
         if passed is not None:
             outcome: RunOutcome = "repaired"
+        elif self.escalation is not None:
+            outcome = "escalated"
+            escalation = self.escalation
         elif trip is not None or halted is not None:
             outcome = "halted"
             reason = trip.reason if trip is not None else "repair_exhausted"
@@ -234,7 +250,7 @@ class _Session:
                                original_answer=original_answer, steps=self.original_steps,
                                findings=self.findings, attempts=self.attempts, escalation=escalation, trip=trip)
         if escalation is not None:
-            self.repairer.on_escalate(escalation)
+            self.repairer.escalate(escalation)
         return result
 
 
@@ -281,6 +297,13 @@ class Repairer:
     def intervening(self) -> bool:
         return self.guard.mode == "intervene"
 
+    def escalate(self, event: Escalation) -> None:
+        """Hand `event` to the application; a handler that raises is logged, never allowed to break the run."""
+        try:
+            self.on_escalate(event)
+        except Exception:  # noqa: BLE001 - the application's handler failing must not crash the agent
+            logger.exception("the on_escalate handler raised for %s", event.episode_id)
+
     def _breaker_run(self) -> BreakerRun | None:
         # Ending a run is an intervention: report mode lets a loop run its course (its findings are still logged).
         return self.breaker.new_run() if self.breaker is not None and self.intervening else None
@@ -294,13 +317,13 @@ class Repairer:
         if trip is not None:
             halt = Escalation(episode_id=episode_id, reason=trip.reason,  # type: ignore[arg-type]
                               message=trip.message, step=trip.step, findings=flags)
-            self.on_escalate(halt)
+            self.escalate(halt)
             return RepairOutcome("halted", None, answer, steps, flags, escalation=halt, trip=trip)
         if not flags:
             return RepairOutcome("clean", answer, answer, steps, flags)
         escalation = escalation_for(episode_id, flags, self.escalated_checks)
         if escalation is not None:
-            self.on_escalate(escalation)
+            self.escalate(escalation)
             return RepairOutcome("escalated", None, answer, steps, flags, escalation=escalation)
         if not self.intervening:
             self._log_only(episode_id, flags, steps)
@@ -356,13 +379,13 @@ class Repairer:
                            original_steps, breaker_run, tools)
         while (hint := session.next_hint()) is not None:
             span = session.start_span(hint)
-            ref = checkpoints.before_step(session.target)
             attempt = RepairAttempt(attempt=len(session.attempts), rung=hint.rung, hint=hint.text,
-                                    target_step=session.target, flagged_step=session.flagged, outcome="error",
-                                    checkpoint_id=ref.checkpoint_id)
+                                    target_step=session.target, flagged_step=session.flagged, outcome="error")
             error: BaseException | None = None
             try:
                 with trace.use_span(span, end_on_exit=False):
+                    ref = checkpoints.before_step(session.target)
+                    attempt.checkpoint_id = ref.checkpoint_id
                     fork_config = checkpoints.fork(ref, to_langchain_message(hint))
                     attempt.fork_config = fork_config
                     ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
@@ -380,7 +403,7 @@ class Repairer:
                 error = exc
                 attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
             session.end_span(span, attempt, error)
-            if attempt.outcome in ("passed", "halted"):
+            if session.over:
                 break
         result = session.conclude(original_answer if original_answer is not None else _answer(original_steps))
         passed = next((a for a in result.attempts if a.outcome == "passed"), None)
@@ -469,7 +492,7 @@ class Repairer:
                 error = exc
                 attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
             session.end_span(span, attempt, error)
-            if attempt.outcome in ("passed", "halted"):
+            if session.over:
                 break
         result = session.conclude(original_answer if original_answer is not None else run.answer)
         result.autogen_run = delivered

@@ -235,6 +235,34 @@ def test_contract_violation_is_escalated_and_never_retried(tmp_path: Path) -> No
     assert len(history) == len(LangGraphCheckpoints(booking.graph, booking.config).original_branch())  # no fork
 
 
+class ContractInForks(Layer):
+    """Test check: a tool contract violation that shows up only once the run has been forked."""
+
+    name = "contract"
+
+    def after_result(self, ctx: Any, action: Any, result: Any) -> list[Finding]:
+        if ":repair-" not in ctx.episode_id:
+            return []
+        return [Finding(layer=self.name, check="tool_contract", message="result matches no shape of its tool",
+                        blocking=True, step=ctx.step_index)]
+
+
+def test_a_fork_that_breaks_a_tool_contract_is_escalated_not_retried(booking: Booking) -> None:
+    booking.run()
+    flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=0)
+
+    def failing_handler(event: Any) -> None:
+        raise RuntimeError("the application's handler is broken")  # must not break the repair
+
+    outcome = Repairer(Guard([ContractInForks(), AnswerCheck(booking.task)], mode="intervene"),
+                       on_escalate=failing_handler, max_attempts=3,
+                       breaker=CircuitBreaker(max_attempts=3)).repair_langgraph(booking.graph, booking.config, [flag])
+
+    assert [a.outcome for a in outcome.attempts] == ["still_flagged"]
+    assert outcome.outcome == "escalated" and outcome.escalation is not None
+    assert outcome.escalation.reason == "contract_violation" and outcome.escalation.attempts == 1
+
+
 def test_circuit_breaker_ends_a_loop_trap_fast(tmp_path: Path) -> None:
     calls = {}
     for name, breaker in (("without", None), ("with", CircuitBreaker())):
