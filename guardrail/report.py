@@ -277,9 +277,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from guardrail.corpus import CorpusError
+    from monitors.model_file import ModelFileError
+
     try:
         page, data = build_report(args.corpora, args.model, args.out, spec=args.spec)
-    except (OSError, ValueError) as exc:  # a missing corpus or model file, a bad spec: say which, exit 2
+    except (OSError, ValueError, CorpusError, ModelFileError) as exc:  # a missing corpus, model or spec: exit 2
         sys.stderr.write(f"guardrail report: {exc}\n")
         return 2
     if args.json:
