@@ -106,3 +106,17 @@ def test_oversized_samples_are_a_finding_not_a_crash():
     decision = guard.before_action(ctx, Action.tool_call("get_order", {"id": "A-1"}, call_id="c3"))
     assert decision.findings[0].check == "samples_not_comparable"
     assert decision.verdict is Verdict.WARN
+
+
+def test_scattered_arguments_on_an_unverified_tool_warn_but_do_not_block():
+    registry = DeterminismRegistry([ToolSchema("lookup", deterministic=True)])  # no probe_args: never verified
+    layer = SelfConsistencyLayer(ConsistencyGate(registry))
+    guard = Guard([layer], mode="intervene")
+    ctx = guard.start_episode()
+    layer.stage(ctx, [PlanSample("lookup", {"id": i}, EPOCH, result=None) for i in range(5)], call_id="c4")
+    decision = guard.before_action(ctx, Action.tool_call("lookup", {"id": 0}, call_id="c4"))
+    assert decision.verdict is Verdict.WARN
+    (finding,) = decision.findings
+    assert finding.check == "not_judged"
+    assert not finding.blocking
+    assert finding.evidence["tool_status"] == "unverified"

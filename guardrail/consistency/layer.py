@@ -33,7 +33,8 @@ class SelfConsistencyLayer(Layer):
 
     - reject: a blocking ``hallucinated_arguments`` warning (intervene mode blocks the call);
     - defer: a ``nondeterministic_tool`` warning; the tool is quarantined in the registry;
-    - accept on a tool that could not be judged: an info finding saying why;
+    - accept with scattered arguments that could not be judged (tool not verified, too few
+      samples): a non-blocking ``not_judged`` warning saying why;
     - samples not in one fixed epoch: a blocking ``epoch_not_fixed`` error (fail closed).
 
     An action with no staged batch is a single-shot call, outside the gate's scope: no finding.
@@ -109,7 +110,10 @@ class SelfConsistencyLayer(Layer):
                                  "released (registry.release) and probed again",
                             **common)]
         if verdict.reason in ("tool_not_verified", "too_few_samples"):
-            return [Finding(check="not_judged", message=verdict.message, severity=Severity.INFO, **common)]
+            # Accepted, since rejecting here would not be valid; but arguments this scattered are worth a look.
+            return [Finding(check="not_judged", message=verdict.message, severity=Severity.WARNING,
+                            hint="probe the tool (or sample N >= the rejection minimum) so the gate can judge",
+                            **common)]
         return []
 
     def _key(self, tool: str | None, args: Any) -> str:
