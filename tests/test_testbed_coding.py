@@ -1,0 +1,98 @@
+"""The coding testbed: a scripted agent in a real project tree, gated by StateMirror in report vs intervene mode."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from traces.coding.agent import CodingAgent, make_coding_tasks
+from traces.coding.bench import summarize
+from traces.coding.project import ProjectIndex, fetch_sdist
+
+CORE = '''"""A tiny library."""
+
+
+def widen(values):
+    return [v * 2 for v in values]
+
+
+class Window:
+    def __init__(self, size):
+        self.size = size
+'''
+
+TESTS = '''import unittest
+
+from pkg.core import Window, widen
+
+
+class WidenTests(unittest.TestCase):
+    def test_doubles(self):
+        self.assertEqual(widen([1, 2]), [2, 4])
+
+
+class WindowTests(unittest.TestCase):
+    def test_size(self):
+        self.assertEqual(Window(3).size, 3)
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "pkg" / "__init__.py").write_text("from pkg.core import Window, widen\n")
+    (root / "pkg" / "core.py").write_text(CORE)
+    (root / "tests" / "__init__.py").write_text("")
+    (root / "tests" / "test_core.py").write_text(TESTS)
+    return root
+
+
+def test_index_reads_modules_symbols_and_test_nodes_without_importing(project: Path) -> None:
+    index = ProjectIndex.build(project)
+    assert index.modules["pkg.core"] == "pkg/core.py"
+    assert index.symbols["pkg.core"] == ["widen", "Window"]
+    assert "tests/test_core.py::WidenTests::test_doubles" in index.test_nodes
+    assert index.line_counts["pkg/core.py"] == len(CORE.splitlines())
+
+
+def test_without_slips_both_modes_run_clean_and_alike(project: Path) -> None:
+    agent = CodingAgent(project, slip_rate=0.0, seed=1)
+    task = next(t for t in make_coding_tasks(agent.index, 2, seed=0) if t.symbol == "widen")
+    report, intervene = agent.run_task(task, "report"), agent.run_task(task, "intervene")
+    assert report.tool_errors == intervene.tool_errors == 0
+    assert report.warned == intervene.warned == 0
+    assert report.steps == intervene.steps == 6  # five actions and the final report
+    assert any("1 passed" in output for _, output in report.transcript)
+
+
+def test_gate_warnings_are_repaired_and_save_errors_under_intervene(project: Path) -> None:
+    agent = CodingAgent(project, slip_rate=1.0, seed=3)
+    task = next(t for t in make_coding_tasks(agent.index, 2, seed=0) if t.symbol == "widen")
+    report, intervene = agent.run_task(task, "report"), agent.run_task(task, "intervene")
+    assert report.slips == intervene.slips == 5
+    assert report.tool_errors >= 4  # the hallucinated ls/grep/open/import ran and failed
+    assert intervene.tool_errors < report.tool_errors
+    assert intervene.warned >= 4 and intervene.repaired >= 4
+    assert any(output.startswith("BLOCKED: [guardrail:gate/") for _, output in intervene.transcript)
+    assert not any(output.startswith("BLOCKED") for _, output in report.transcript)
+    summary = summarize([report, intervene])
+    assert summary["saved"]["tool_errors"] > 0 and summary["repaired_share"] == pytest.approx(
+        intervene.repaired / (intervene.warned - intervene.false_warnings))
+
+
+def test_fetch_sdist_reuses_the_cached_archive_without_pip(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    (cache / "sdists").mkdir(parents=True)
+    with tarfile.open(cache / "sdists" / "demo_pkg-1.0.tar.gz", "w:gz") as archive:
+        data = b"Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n"
+        info = tarfile.TarInfo("demo_pkg-1.0/PKG-INFO")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    root = fetch_sdist("demo-pkg", "1.0", cache=cache)
+    assert (root / "PKG-INFO").read_bytes().startswith(b"Metadata-Version")
+    assert fetch_sdist("demo-pkg", "1.0", cache=cache) == root
