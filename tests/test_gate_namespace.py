@@ -157,3 +157,28 @@ def test_index_resolves_without_the_guard_process_importing(proj: Path) -> None:
     import sys
 
     assert "pkg" not in sys.modules and "pkg.sub.leaf" not in sys.modules
+
+
+def test_top_level_del_unbinds_a_name(proj: Path) -> None:
+    (proj / "tidy.py").write_text("import os\nKEEP = 1\ndel os\n")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "from tidy import KEEP, os")
+    assert found[("symbol_defined", ("tidy", "KEEP"))] is Outcome.TRUE
+    assert found[("symbol_defined", ("tidy", "os"))] is Outcome.FALSE
+
+
+def test_setattr_inside_a_method_does_not_make_the_module_dynamic(proj: Path) -> None:
+    (proj / "plain.py").write_text("class A:\n    def set(self, k, v):\n        setattr(self, k, v)\n")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "from plain import B")
+    assert found[("symbol_defined", ("plain", "B"))] is Outcome.FALSE
+
+
+def test_globals_written_at_module_level_make_missing_names_unknown(proj: Path) -> None:
+    (proj / "gen.py").write_text("for n in ('a', 'b'):\n    globals()[n.upper()] = n\n")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "from gen import A")
+    assert found[("symbol_defined", ("gen", "A"))] is Outcome.UNKNOWN
+
+
+def test_module_with_an_import_hook_has_unknown_submodules(proj: Path) -> None:
+    (proj / "hooked.py").write_text("import sys\nsys.meta_path.append(object())\n")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "import hooked.moves")
+    assert found[("importable", ("hooked.moves",))] is Outcome.UNKNOWN

@@ -164,3 +164,13 @@ def test_split_commands_keeps_operators_and_heredoc() -> None:
     assert [c.words[0] for c in commands] == ["cd", "python", "echo", "tee"]
     assert commands[0].next_op == "&&" and commands[2].next_op == "|"
     assert commands[1].heredoc == "print(1)\n"
+
+
+def test_unittest_style_class_missing_method_is_false_but_unknown_base_is_unknown(gate: Gate, proj: Path) -> None:
+    (proj / "tests" / "ut_tests.py").write_text(
+        "import unittest\nfrom somewhere import Mixin\n\n\nclass Base(unittest.TestCase):\n    def test_a(self):\n"
+        "        pass\n\n\nclass Child(Base):\n    def test_b(self):\n        pass\n\n\n"
+        "class Mixed(Mixin):\n    def test_c(self):\n        pass\n")
+    assert violated(gate, "pytest tests/ut_tests.py::Child::test_a") == []
+    assert [n for n, _ in violated(gate, "pytest tests/ut_tests.py::Child::test_z")] == ["pytest_target_exists"]
+    assert violated(gate, "pytest tests/ut_tests.py::Mixed::test_z") == []

@@ -44,7 +44,8 @@ FAMILIES = ("namespace", "filesystem", "command", "harness")
 _POSITIVE_ERRORS = re.compile(
     r"ModuleNotFoundError|ImportError|No module named|cannot import name|FileNotFoundError|"
     r"No such file or directory|command not found|ERROR: not found|file or directory not found|"
-    r"AttributeError: module|Is a directory|Not a directory|can't open file|no tests ran.*not found")
+    r"AttributeError: module|Is a directory|Not a directory|can't open file|no tests ran.*not found|"
+    r"Error while finding module specification")
 _FAKE_SUBMODULES = ["utils_ext", "helpers2", "compat3", "core_impl", "internal_api"]
 _PLAUSIBLE_FAKES = ["Client", "parse_all", "Config", "load_all", "format_all", "Registry", "run_main", "Pipeline"]
 
@@ -291,7 +292,7 @@ def build_cases(root: Path, project: str, *, seed: int = 0) -> list[Case]:
 
 
 # ------------------------------------------------------------------------------------------------ labels
-def confirm_label(case: Case, root: Path, python: str, *, timeout_s: float = 60.0) -> tuple[bool, str]:
+def confirm_label(case: Case, root: Path, python: str, *, timeout_s: float = 240.0) -> tuple[bool | None, str]:
     """Run the action in a throwaway copy of the project and classify the error it raises, if any."""
     env = {"PATH": os.pathsep.join([os.path.dirname(python), "/usr/local/bin", "/usr/bin", "/bin"]),
            "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8"}
@@ -308,7 +309,7 @@ def confirm_label(case: Case, root: Path, python: str, *, timeout_s: float = 60.
             proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
                                   errors="replace")
         except subprocess.TimeoutExpired:
-            return False, "timed out (not a missing-state error)"
+            return None, f"timed out after {timeout_s:.0f} s: unconfirmed, left out of the scores"
     output = proc.stdout[-4000:] + proc.stderr[-4000:]
     match = _POSITIVE_ERRORS.search(output) if proc.returncode != 0 or "ERROR: not found" in output else None
     if match is None and proc.returncode in (4, 5) and "not found" in output:
@@ -331,9 +332,10 @@ def label_cases(cases: list[Case], roots: dict[str, Path], python: str, cache: P
             known = json.loads(store.read_text())
         except (OSError, json.JSONDecodeError):
             known = {}
-    todo = [c for c in cases if c.action["kind"] in ("shell", "python") and _case_key(c, python) not in known]
+    todo = [c for c in cases if c.action["kind"] in ("shell", "python")
+            and known.get(_case_key(c, python), {}).get("label") is None]  # new, or timed out last time
 
-    def run(case: Case) -> tuple[str, bool, str]:
+    def run(case: Case) -> tuple[str, bool | None, str]:
         label, evidence = confirm_label(case, roots[case.project], python)
         return _case_key(case, python), label, evidence
 
@@ -350,7 +352,7 @@ def label_cases(cases: list[Case], roots: dict[str, Path], python: str, cache: P
             case.label, case.label_evidence, case.label_source = entry["label"], entry["evidence"], "execution"
         else:
             case.label = case.intended
-        disagreements += case.label != case.intended
+        disagreements += case.label is not None and case.label != case.intended
     return disagreements
 
 
@@ -548,6 +550,8 @@ def _run(args: argparse.Namespace) -> int:
     disagreements = label_cases(cases, roots, args.python, cache, workers=args.workers, show=not args.json)
     if args.cases_out:
         atomic_write_text(args.cases_out, "".join(json.dumps(asdict(c)) + "\n" for c in cases))
+    unconfirmed = [c for c in cases if c.label is None]
+    cases = [c for c in cases if c.label is not None]
     predictions, latencies = run_statemirror(cases, roots, args.python)
     cold_new_workspace, cold_interpreter = cold_latency(cases, roots, args.python)
     results = [summarize("statemirror", cases, predictions, latencies, cold_new_workspace)]
@@ -568,7 +572,7 @@ def _run(args: argparse.Namespace) -> int:
             results.append(summarize("statemirror_namespace", namespace, gate_namespace, gate_ns_lat, None))
     meta = {"projects": list(roots), "cases": len(cases), "positives": sum(bool(c.label) for c in cases),
             "executed": sum(c.label_source == "execution" for c in cases),
-            "intent_disagreements": disagreements, "python": args.python}
+            "intent_disagreements": disagreements, "unconfirmed": len(unconfirmed), "python": args.python}
     for result in results:
         result["meta"] = meta
     if args.json:
@@ -576,7 +580,8 @@ def _run(args: argparse.Namespace) -> int:
             emit_json(result)
         return 0
     print(f"{meta['cases']} actions over {len(roots)} projects, {meta['positives']} positive; "
-          f"{meta['executed']} labels confirmed by execution ({disagreements} differed from the generator's intent)")
+          f"{meta['executed']} labels confirmed by execution ({disagreements} differed from the generator's intent, "
+          f"{len(unconfirmed)} timed out and are left out)")
     print_table([{k: v for k, v in r.items() if k not in ("per_family", "meta")} for r in results])
     rows = [{"method": r["method"], "family": fam, **{k: s[k] for k in ("precision", "recall", "f1", "accuracy", "n")}}
             for r in results for fam, s in r["per_family"].items()]

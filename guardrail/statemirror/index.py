@@ -180,6 +180,7 @@ def _editable_mapping(finder_path: str) -> dict[str, str]:
 class ClassInfo:
     methods: frozenset[str]
     inherits: bool  # has a base other than object: a missing method may be inherited
+    bases: tuple[str, ...] = ()  # the base class expressions, as written
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ class ModuleSymbols:
     all_names: tuple[str, ...] | None = None
     dynamic: str | None = None  # why missing names are unknown: module __getattr__, globals() writes...
     path_assigned: bool = False  # __init__ rewrites __path__: submodules cannot be listed statically
+    import_hooks: bool = False  # touches sys.meta_path/path_hooks: its submodules may be synthesized
     functions: frozenset[str] = frozenset()
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     error: str | None = None  # unreadable, too big or not valid Python: everything about it is unknown
@@ -198,7 +200,7 @@ class ModuleSymbols:
 
 _SYMBOLS: dict[str, tuple[int, int, ModuleSymbols]] = {}
 _SYMBOLS_LOCK = threading.Lock()
-_DYNAMIC_CALLS = {"globals", "exec", "vars", "setattr", "locals"}
+_DYNAMIC_CALLS = {"globals", "exec", "vars", "locals"}
 
 
 def module_symbols(path: str) -> ModuleSymbols:
@@ -229,13 +231,20 @@ def symbols_of_source(text: str) -> ModuleSymbols:
     classes: dict[str, ClassInfo] = {}
     all_names: list[str] | None = None
     _bind_block(tree.body, names, stars, functions, classes)
-    dynamic = None
+    for statement in tree.body:  # an unconditional top-level `del x` unbinds x
+        if isinstance(statement, ast.Delete):
+            names.difference_update(t.id for t in statement.targets if isinstance(t, ast.Name))
+    dynamic = _module_level_dynamic(tree.body)
     path_assigned = False
+    import_hooks = False
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
-            dynamic = f"calls {node.func.id}()"
-        elif isinstance(node, ast.Global):
+        if isinstance(node, ast.Global):
             names.update(node.names)  # a function that declares a global may bind it when called
+        elif isinstance(node, ast.Attribute) and node.attr in ("meta_path", "path_hooks"):
+            import_hooks = True  # an import hook: submodules may come from anywhere
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
+                and isinstance(node.func.value, ast.Call) and _called(node.func.value, "globals"):
+            dynamic = "updates globals()"
         elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
@@ -243,15 +252,35 @@ def symbols_of_source(text: str) -> ModuleSymbols:
                     path_assigned = True
                 if isinstance(target, ast.Name) and target.id == "__all__":
                     all_names = _literal_strings(node.value, all_names)
-                if isinstance(target, ast.Subscript) and "modules" in ast.unparse(target.value):
-                    dynamic = "assigns into sys.modules"
+                if isinstance(target, ast.Subscript):
+                    if isinstance(target.value, ast.Call) and _called(target.value, "globals"):
+                        dynamic = "assigns into globals()"
+                    elif "modules" in ast.unparse(target.value) and ast.unparse(target.slice) == "__name__":
+                        dynamic = "replaces itself in sys.modules"
     if "__getattr__" in names:
         dynamic = "defines a module-level __getattr__"
     return ModuleSymbols(
         names=frozenset(names), star_imports=tuple(stars),
         all_names=None if all_names is None else tuple(all_names), dynamic=dynamic,
-        path_assigned=path_assigned, functions=frozenset(functions), classes=classes,
+        path_assigned=path_assigned, functions=frozenset(functions), classes=classes, import_hooks=import_hooks,
     )
+
+
+def _called(node: ast.Call, name: str) -> bool:
+    return isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _module_level_dynamic(body: list[ast.stmt]) -> str | None:
+    """exec/globals()/vars()/locals() run by the module's own top level (not inside a def or class)."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
+            return f"calls {node.func.id}() at module level"
+        stack.extend(ast.iter_child_nodes(node))
+    return None
 
 
 def _literal_strings(value: ast.expr | None, previous: list[str] | None) -> list[str] | None:
@@ -276,7 +305,7 @@ def _bind_block(body: list[ast.stmt], names: set[str], stars: list[tuple[str, in
                     methods.update(t.id for t in n.targets if isinstance(t, ast.Name))
             inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases) or bool(
                 node.keywords)
-            classes[node.name] = ClassInfo(frozenset(methods), inherits)
+            classes[node.name] = ClassInfo(frozenset(methods), inherits, tuple(ast.unparse(b) for b in node.bases))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 names.add(alias.asname or alias.name.partition(".")[0])
@@ -360,6 +389,13 @@ class ModuleIndex:
             parent = ".".join(parts[:depth])
             if info.kind in ("builtin", "extension"):
                 return ModuleInfo("unknown", info.kind, why=f"{parent} is compiled: its submodules are not listable")
+            if info.kind in ("source", "package") and module_symbols(info.path).import_hooks:
+                sub = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent) \
+                    if info.kind == "package" else ModuleInfo("missing")
+                if sub.status != "found":
+                    return ModuleInfo("unknown", why=f"{parent} installs an import hook: its submodules are dynamic")
+                info = sub
+                continue
             if info.kind == "source":
                 return ModuleInfo("missing", why=f"{parent} is a module, not a package", kind="not_package")
             info = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent)

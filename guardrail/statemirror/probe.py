@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from guardrail.statemirror.fsview import list_dir, path_state, read_text_capped
-from guardrail.statemirror.index import ModuleIndex, module_symbols
+from guardrail.statemirror.index import ClassInfo, ModuleIndex, module_symbols
 from guardrail.statemirror.predicates import Outcome, Predicate, ProbeResult
 
 __all__ = ["Prober", "line_count", "workspace_files"]
@@ -70,6 +70,28 @@ def workspace_files(root: str, *, deadline: float, limit: int = 20_000) -> list[
             continue
     _FILES[root] = (now, found)
     return found
+
+
+# Bases that contribute no test_* methods: a method missing from a class built only on these is missing.
+_TEST_ROOTS = {"object", "TestCase", "unittest.TestCase", "IsolatedAsyncioTestCase",
+               "unittest.IsolatedAsyncioTestCase", "SimpleTestCase", "TransactionTestCase"}
+
+
+def _class_methods(name: str, classes: dict[str, ClassInfo], depth: int = 0) -> tuple[set[str], str | None]:
+    """Methods of a test class including those of bases in the same file; names the first base it cannot see."""
+    info = classes[name]
+    methods = set(info.methods)
+    for base in info.bases:
+        if base in _TEST_ROOTS:
+            continue
+        if base in classes and base != name and depth < 10:
+            inherited, unresolved = _class_methods(base, classes, depth + 1)
+            methods |= inherited
+            if unresolved:
+                return methods, unresolved
+            continue
+        return methods, base
+    return methods, None
 
 
 class Prober:
@@ -263,15 +285,15 @@ class Prober:
         head = parts[0]
         tests = sorted({*symbols.functions, *symbols.classes} - {"setup_module", "teardown_module"})
         if head in symbols.classes and len(parts) >= 2:
-            info = symbols.classes[head]
             if len(parts) > 2:
                 return ProbeResult(p, Outcome.UNKNOWN, "nested test classes are not resolved statically")
-            if parts[1] in info.methods:
+            methods, unresolved = _class_methods(head, symbols.classes)
+            if parts[1] in methods:
                 return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} exists")
-            if info.inherits:
-                return ProbeResult(p, Outcome.UNKNOWN, f"{head} has base classes: {parts[1]} may be inherited")
+            if unresolved:
+                return ProbeResult(p, Outcome.UNKNOWN, f"{head} inherits from {unresolved}: {parts[1]} may be inherited")
             return ProbeResult(p, Outcome.FALSE, f"test class {head} in {path} has no method {parts[1]!r}",
-                               {"path": path, "missing": parts[1], "candidates": sorted(info.methods)})
+                               {"path": path, "missing": parts[1], "candidates": sorted(methods)})
         if len(parts) == 1 and head in symbols.names:
             return ProbeResult(p, Outcome.TRUE, f"{path}::{head} exists")
         if symbols.star_imports or symbols.dynamic:

@@ -1,0 +1,56 @@
+"""The gate benchmark's plumbing on the local fixture project (no network): cases, execution labels, JSON shape."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from guardrail.cli import main
+from guardrail.statemirror.bench import Case, build_cases, confirm_label, scores
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(FIXTURE, tmp_path / "proj"))
+
+
+def test_cases_cover_every_family_with_both_labels(proj: Path) -> None:
+    (proj / "tests" / "test_fixture.py").write_text("def test_one():\n    pass\n\n\nclass TestX:\n"
+                                                    "    def test_two(self):\n        pass\n")
+    cases = build_cases(proj, "fixture")
+    seen = {(c.family, c.intended) for c in cases}
+    assert seen == {(f, b) for f in ("namespace", "filesystem", "command", "harness") for b in (True, False)}
+
+
+def test_execution_confirms_a_missing_file_and_a_valid_command(proj: Path) -> None:
+    missing = Case("a", "p", "filesystem", True, {"kind": "shell", "command": "cat nothing_here.txt"})
+    valid = Case("b", "p", "namespace", False, {"kind": "python", "code": "from pkg import Engine"})
+    assert confirm_label(missing, proj, sys.executable)[0] is True
+    assert confirm_label(valid, proj, sys.executable)[0] is False
+    assert list(proj.glob("nothing_here*")) == []  # it ran in a throwaway copy
+
+
+def test_scores_are_standard_precision_recall() -> None:
+    result = scores([True, True, False, False], [True, False, True, False])
+    assert (result["precision"], result["recall"], result["accuracy"], result["f1"]) == (0.5, 0.5, 0.5, 0.5)
+
+
+def test_bench_gate_json_prints_one_object_per_method(proj: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "gate", "--json", "--project-dir", str(proj), "--cache", str(tmp_path / "cache"),
+                 "--limit", "8", "--no-jedi"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0
+    assert [r["method"] for r in rows] == ["statemirror", "action_only"]
+    for row in rows:
+        assert set(row) >= {"method", "precision", "recall", "f1", "accuracy", "median_ms", "p95_ms", "cold_ms",
+                            "n", "per_family"}
+        assert row["n"] == 8
+    assert rows[0]["meta"]["executed"] == 8  # the first 8 cases are shell/Python: every label was executed
+    assert (tmp_path / "cache" / "labels.json").is_file()
