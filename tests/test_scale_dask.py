@@ -41,6 +41,16 @@ def shards(sentinel_dir: Path) -> list[str]:
     return [str(sentinel_dir / name) for name in SHARD_NAMES]
 
 
+@pytest.fixture(scope="module")
+def small_corpus(sentinel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The first 80 autogen7b episodes as a corpus of our own: three CLI shards of 32, small enough to run twice."""
+    from guardrail.corpus import write_corpus
+
+    out = tmp_path_factory.mktemp("corpus") / "autogen80"
+    write_corpus(out, read_corpus(sentinel_dir / "autogen7b").episodes[:80])
+    return str(out)
+
+
 def shard_step_digest(shard: str) -> list[tuple[str, str, int, float]]:
     """Per episode: id, label, steps, and a float computed from every step, so any lost or reordered step shows."""
     corpus = read_corpus(shard)
@@ -84,9 +94,9 @@ def test_a_failing_shard_raises_its_own_error_in_the_caller(user_cluster, tmp_pa
 
 
 def test_without_an_address_the_engine_starts_and_stops_its_own_local_cluster(shards):
-    with make_engine("dask", workers=2) as engine:
+    with make_engine("dask", workers=1) as engine:  # one process: this test is about the cluster's lifetime
         assert isinstance(engine, DaskEngine)
-        assert engine.n_workers == 2
+        assert engine.n_workers == 1
         cluster = engine._cluster
         assert engine.map(shard_step_digest, shards[-1:]) == [shard_step_digest(shards[-1])]
     assert cluster.status.name == "closed"
@@ -116,10 +126,10 @@ def model_file(sentinel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return path
 
 
-def test_monitor_scores_and_alarms_are_identical_on_local_and_dask(user_cluster, shards, model_file):
+def test_monitor_scores_and_alarms_are_identical_on_local_and_dask(user_cluster, shards, small_corpus, model_file):
     from guardrail.scale_bench import results_equal, score_shard, score_tasks
 
-    tasks = score_tasks([Path(shards[0]), Path(shards[-1])], model_file)
+    tasks = score_tasks([Path(small_corpus), Path(shards[-1])], model_file)
     local = LocalEngine().map(score_shard, tasks)
     with DaskEngine(address=user_cluster.scheduler_address) as engine:
         remote = engine.map(score_shard, tasks)
@@ -151,22 +161,22 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_verify_cli_gives_the_same_records_on_dask_and_local(user_cluster, sentinel_dir, capsys):
+def test_verify_cli_gives_the_same_records_on_dask_and_local(user_cluster, small_corpus, capsys):
     from guardrail.cli import main
 
-    corpus = str(sentinel_dir / "organic_demo7b_cold")
+    corpus = small_corpus
     assert main(["verify", corpus, "--json"]) in (0, 1)
     local = _json_lines(capsys.readouterr().out)
     assert main(["verify", corpus, "--json", "--engine", "dask", "--address", user_cluster.scheduler_address]) in (0, 1)
     remote = _json_lines(capsys.readouterr().out)
-    assert len(local) == 120 and remote == local
+    assert len(local) == 80 and remote == local
 
 
-def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_cluster, sentinel_dir, model_file,
+def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_cluster, small_corpus, model_file,
                                                                        capsys):
     from guardrail.cli import main
 
-    corpus = str(sentinel_dir / "autogen7b")
+    corpus = small_corpus
     assert main(["score", corpus, "--model", str(model_file), "--json"]) == 0
     local = _json_lines(capsys.readouterr().out)
     assert main(["score", corpus, "--model", str(model_file), "--json", "--engine", "dask",
@@ -179,13 +189,13 @@ def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_clust
         assert b["scores"] == pytest.approx(a["scores"], rel=1e-9, abs=1e-12)
 
 
-def test_fit_cli_writes_the_same_model_on_dask_and_local(user_cluster, sentinel_dir, tmp_path):
+def test_fit_cli_writes_the_same_model_on_dask_and_local(user_cluster, small_corpus, tmp_path):
     import numpy as np
 
     from guardrail.cli import main
     from monitors.model_file import read_header
 
-    corpus = str(sentinel_dir / "autogen7b")
+    corpus = small_corpus
     local_model, dask_model = tmp_path / "local.npz", tmp_path / "dask.npz"
     assert main(["fit", corpus, "-o", str(local_model), "--quiet"]) == 0
     assert main(["fit", corpus, "-o", str(dask_model), "--quiet", "--engine", "dask",
