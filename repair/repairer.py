@@ -408,6 +408,8 @@ class Repairer:
         result = session.conclude(original_answer if original_answer is not None else _answer(original_steps))
         passed = next((a for a in result.attempts if a.outcome == "passed"), None)
         result.config = passed.fork_config if passed else checkpoints.head_config
+        if passed is not None and passed.fork_config is not None:
+            result.steps = steps_from_messages(checkpoints.messages(passed.fork_config))
         return result
 
     @staticmethod
@@ -496,4 +498,5 @@ class Repairer:
                 break
         result = session.conclude(original_answer if original_answer is not None else run.answer)
         result.autogen_run = delivered
+        result.steps = delivered.steps()
         return result

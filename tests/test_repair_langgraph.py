@@ -159,6 +159,7 @@ def test_online_intervene_repairs_before_the_answer_and_traces_each_attempt(book
 
     assert outcome.outcome == "repaired"
     assert not booking.answer_is_right(outcome.original_answer) and booking.answer_is_right(outcome.answer)
+    assert outcome.steps[-1].text == outcome.answer  # the delivered branch is the fork
     repair_spans = [s for s in spans.get_finished_spans() if s.name == "guardrail.repair"]
     assert len(repair_spans) == 1
     attributes = dict(repair_spans[0].attributes or {})
@@ -189,7 +190,8 @@ def test_live_alarm_stops_the_run_at_once_and_repairs_from_before_the_alarm(tmp_
         booking.graph, booking.inputs, booking.config)
 
     assert outcome.findings[0].check == "hybrid" and outcome.findings[0].step == 1
-    assert outcome.original_answer is None and len(outcome.steps) == 2  # stopped before a third model call
+    # Stopped before a third model call: every later call belongs to the repair.
+    assert outcome.original_answer is None and booking.model.calls == 2 + outcome.extra_model_calls
     assert outcome.attempts[0].target_step == 1  # step 0 fetched the last fact before the alarm
     assert outcome.outcome == "repaired" and booking.answer_is_right(outcome.answer)
 
