@@ -169,7 +169,8 @@ class _Session:
         self.attempts: list[RepairAttempt] = []
         self.flagged = flagged_step(findings)
         # Every attempt forks from the same checkpoint, so attempts are paired on one prefix.
-        self.target = rollback_step(original_steps, self.flagged, fact_tools=repairer.fact_tools)
+        self.target = rollback_step(original_steps, self.flagged, fact_tools=repairer.fact_tools,
+                                    compute_tools=(repairer.calculator,))
         self.trip: Trip | None = None
         self.not_applicable = False
         self.escalation: Escalation | None = None  # a fork hit something that must not be retried
@@ -332,7 +333,7 @@ class Repairer:
 
     def _log_only(self, episode_id: str, flags: list[Finding], steps: list[Step]) -> None:
         flagged = flagged_step(flags)
-        target = rollback_step(steps, flagged, fact_tools=self.fact_tools)
+        target = rollback_step(steps, flagged, fact_tools=self.fact_tools, compute_tools=(self.calculator,))
         with self.tracer.start_as_current_span(REPAIR_SPAN) as span:
             span.set_attribute(tm.GEN_AI_CONVERSATION_ID, episode_id)
             span.set_attribute(REPAIR_RUNG, self.rung)

@@ -19,21 +19,25 @@ def flagged_step(findings: Iterable[Finding]) -> int | None:
     return min(steps) if steps else None
 
 
-def is_fact_gathering(step: Step, fact_tools: Collection[str] | None = None) -> bool:
+def is_fact_gathering(step: Step, fact_tools: Collection[str] | None = None,
+                      compute_tools: Collection[str] = ()) -> bool:
     """A step that fetched facts: it called a tool and got a non-error result back.
 
     With `fact_tools` (the read-only tools of the deployment) only those tools count, so a
-    step that booked or wrote something is never a place to resume from.
+    step that booked or wrote something is never a place to resume from. `compute_tools`
+    (a calculator) never count: their result is the agent's own arithmetic, which is exactly
+    what a repair may need to redo.
     """
     for event in step.tool_events:
-        if event.is_error or event.result is None:
+        if event.is_error or event.result is None or event.name in compute_tools:
             continue
         if fact_tools is None or event.name in fact_tools:
             return True
     return False
 
 
-def rollback_step(steps: Sequence[Step], flagged: int | None, *, fact_tools: Collection[str] | None = None) -> int:
+def rollback_step(steps: Sequence[Step], flagged: int | None, *, fact_tools: Collection[str] | None = None,
+                  compute_tools: Collection[str] = ()) -> int:
     """The model step to re-run from: one past the last fact-gathering step strictly before `flagged`.
 
     Steps before the returned index are kept (their facts are reused); it and everything
@@ -42,6 +46,6 @@ def rollback_step(steps: Sequence[Step], flagged: int | None, *, fact_tools: Col
     """
     end = len(steps) if flagged is None else max(0, min(flagged, len(steps)))
     for index in range(end - 1, -1, -1):
-        if is_fact_gathering(steps[index], fact_tools):
+        if is_fact_gathering(steps[index], fact_tools, compute_tools):
             return index + 1
     return 0

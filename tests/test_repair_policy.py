@@ -133,3 +133,8 @@ def test_contract_violation_escalates_and_an_arithmetic_error_does_not() -> None
     event = escalation_for("ep", [check_failure(), contract])
     assert event is not None and event.reason == "contract_violation" and event.step == 2
     assert escalation_for("ep", [check_failure()]) is None
+
+
+def test_rollback_redoes_the_calculator_step_its_result_is_not_a_fact() -> None:
+    steps = [tool_step(0, "lookup"), tool_step(1, "calculator"), final_step(2)]
+    assert rollback_step(steps, 2, compute_tools={"calculator"}) == 1
