@@ -333,7 +333,8 @@ def label_cases(cases: list[Case], roots: dict[str, Path], python: str, cache: P
         except (OSError, json.JSONDecodeError):
             known = {}
     todo = [c for c in cases if c.action["kind"] in ("shell", "python")
-            and known.get(_case_key(c, python), {}).get("label") is None]  # new, or timed out last time
+            and (known.get(_case_key(c, python), {}).get("label") is None  # new, or timed out last time
+                 or str(known[_case_key(c, python)].get("evidence", "")).startswith("timed out"))]
 
     def run(case: Case) -> tuple[str, bool | None, str]:
         label, evidence = confirm_label(case, roots[case.project], python)

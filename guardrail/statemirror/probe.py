@@ -46,10 +46,10 @@ _FILES: dict[str, tuple[float, list[str]]] = {}
 
 
 def workspace_files(root: str, *, deadline: float, limit: int = 20_000) -> list[str]:
-    """Relative paths of files under `root` (for repair hints), bounded in count, depth and time; cached 5 s."""
+    """Relative paths of files under `root` (for repair hints), bounded in count, depth and time; cached 30 s."""
     cached = _FILES.get(root)
     now = time.monotonic()
-    if cached is not None and now - cached[0] < 5.0:
+    if cached is not None and now - cached[0] < 30.0:
         return cached[1]
     found: list[str] = []
     stack = [(root, 0)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +21,11 @@ _BULKY = ("candidates", "siblings", "workspace_files")
 def _close(word: str, options: list[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
     if not word or not options:
         return []
-    # difflib over a few thousand names is ~1 ms: it runs only for violations, never on the pass path.
-    return difflib.get_close_matches(word, options[:20_000], n=n, cutoff=cutoff)
+    # Only violations pay for hints, but a PATH or site-packages holds thousands of names: compare only
+    # names that share the first letter or have about the same length (a typo rarely changes both).
+    first = word[:1].lower()
+    pool = [o for o in options[:50_000] if o[:1].lower() == first or abs(len(o) - len(word)) <= 1]
+    return difflib.get_close_matches(word, pool[:5_000], n=n, cutoff=cutoff)
 
 
 def repair_hint(result: ProbeResult) -> str | None:
@@ -41,7 +45,9 @@ def repair_hint(result: ProbeResult) -> str | None:
     if name == "editor_line_in_range" and "lines" in evidence:
         return f"{evidence.get('path')} has {evidence['lines']} lines"
     if name == "editor_text_present" and candidates:
-        close = _close(missing, candidates, n=1, cutoff=0.5)
+        words = set(re.findall(r"\w{3,}", missing))
+        sharing = [c for c in candidates if words & set(re.findall(r"\w{3,}", c))][:500] if words else []
+        close = difflib.get_close_matches(missing, sharing, n=1, cutoff=0.5)
         return f"closest line in the file: {close[0]!r}" if close else "view the file to copy the exact text"
     if missing and candidates:
         close = _close(missing, candidates)
