@@ -59,43 +59,57 @@ def _guard(configuration: str, workspace: Path, tools: dict[str, Any], monitor: 
     return Guard(layers, mode="intervene", tracer=provider.get_tracer("guardrail")), exporter
 
 
-def _runner(framework: str, task: Any, policy: Any) -> Callable[[Any], tuple[float, int]]:
-    """A function running one episode (guarded when given a Guard) and returning (seconds, steps)."""
+def _runner(framework: str, task: Any, policy: Any, guard: Any) -> Callable[[], tuple[float, int]]:
+    """Build the agent once (as a user does) and return a function running one episode: (CPU seconds, steps)."""
     from traces.tools import BOOKING_TOOLS, booking_tools
 
+    box = booking_tools()
     if framework == "langgraph":
-        from adapters.langchain import GuardMiddleware
-        from traces.agents import run_langgraph_episode
+        from langchain_core.messages import HumanMessage
 
-        def run_langgraph(guard: Any) -> tuple[float, int]:
-            middleware = [GuardMiddleware(guard)] if guard is not None else []
+        from adapters.langchain import GuardMiddleware
+        from traces.agents import build_langgraph_agent
+        from traces.models import ScriptedChatModel
+
+        middleware = [GuardMiddleware(guard)] if guard is not None else []
+        graph = build_langgraph_agent(task, policy, toolbox=box, middleware=middleware,
+                                      model=ScriptedChatModel(policy=policy))
+        counter = iter(range(1 << 30))
+
+        def run_langgraph() -> tuple[float, int]:
+            config = {"configurable": {"thread_id": f"bench-{next(counter)}"},
+                      "recursion_limit": 4 * policy.max_steps + 10}
             started = time.process_time()
-            episode = run_langgraph_episode(task, policy, middleware=middleware)
-            return time.process_time() - started, len(episode.steps)
+            state = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
+            elapsed = time.process_time() - started
+            return elapsed, sum(1 for m in state["messages"] if m.type == "ai")
 
         return run_langgraph
+
+    from autogen_core import CancellationToken
 
     from adapters.autogen import AutoGenGuard
     from traces.agents import build_autogen_agent
     from traces.models import ScriptedChatCompletionClient
 
-    async def arun(guard: Any) -> tuple[float, int]:
-        box = booking_tools()
-        client = ScriptedChatCompletionClient(policy)
-        if guard is None:
-            agent, _ = build_autogen_agent(task, policy, toolbox=box, client=client)
-            guarded = None
-        else:
-            guarded = AutoGenGuard(guard, task=task.prompt)
-            agent, _ = build_autogen_agent(task, policy, toolbox=box, client=guarded.model_client(client),
-                                           workbench=guarded.workbench(box.autogen_tools(BOOKING_TOOLS)))
+    client = ScriptedChatCompletionClient(policy)
+    guarded = AutoGenGuard(guard, task=task.prompt) if guard is not None else None
+    if guarded is None:
+        agent, _ = build_autogen_agent(task, policy, toolbox=box, client=client)
+    else:
+        agent, _ = build_autogen_agent(task, policy, toolbox=box, client=guarded.model_client(client),
+                                       workbench=guarded.workbench(box.autogen_tools(BOOKING_TOOLS)))
+
+    async def arun() -> tuple[float, int]:
+        await agent.on_reset(CancellationToken())
+        before = len(client.results)
         started = time.process_time()
         result = await agent.run(task=task.prompt)
         if guarded is not None:
             await guarded.afinish(result)
-        return time.process_time() - started, len(client.results)
+        return time.process_time() - started, len(client.results) - before
 
-    return lambda guard: asyncio.run(arun(guard))
+    return lambda: asyncio.run(arun())
 
 
 def _fit_monitor(framework: str) -> Any:
@@ -122,7 +136,7 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
     tools = {t.name: t.func for t in booking_tools().langchain_tools(BOOKING_TOOLS) if getattr(t, "func", None)}
     with tempfile.TemporaryDirectory(prefix="guardrail-bench-") as workspace:
         for framework in frameworks:
-            run = _runner(framework, task, policy)
+            plain = _runner(framework, task, policy, None)
             monitor = None
             if "all" in configurations:
                 if model:
@@ -133,15 +147,16 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                     monitor = _fit_monitor(framework)
             for configuration in configurations:
                 guard, exporter = _guard(configuration, Path(workspace), tools, monitor, spec)
+                guarded = _runner(framework, task, policy, guard)
                 for _ in range(warmup):  # imports, caches, the gate's first index build
-                    run(None)
-                    run(guard)
+                    plain()
+                    guarded()
                 added: list[float] = []
                 steps = 0
                 for _ in progress(range(repeats), desc=f"{framework}/{configuration}", total=repeats,
                                   enabled=show_progress):
-                    plain_s, plain_steps = run(None)
-                    guarded_s, guarded_steps = run(guard)
+                    plain_s, plain_steps = plain()
+                    guarded_s, guarded_steps = guarded()
                     exporter.clear()
                     if plain_steps != guarded_steps or guarded_steps == 0:
                         continue  # a pair whose runs differ is not comparable (never expected: same seed)

@@ -183,11 +183,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
                     config = {}
             configurable = (config or {}).get("configurable") or {}
             episode_id = configurable.get("guardrail_episode") or configurable.get("thread_id")
+        if episode_id and episode_id in self._runs:  # the hot path: a run this adapter started (dict read)
+            return str(episode_id)
         messages = state.get("messages", []) if isinstance(state, dict) else []
-        if episode_id and episode_id in self.guard.running_episodes:
-            with self._lock:
-                if episode_id in self._runs:
-                    return str(episode_id)
         # Unknown here: a hand-built graph (no before_agent) or a new process resuming a thread.
         start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1) + 1
         episode_id = self._start(messages[:start], str(episode_id) if episode_id else None)

@@ -125,6 +125,7 @@ def plot_streams(data: ReportData, out: Path) -> list[tuple[str, str]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     files = []
     by_corpus: dict[str, list[EpisodeRow]] = defaultdict(list)
@@ -146,9 +147,11 @@ def plot_streams(data: ReportData, out: Path) -> list[tuple[str, str]]:
                 axis.plot([row.alarm_step], [row.scores[row.alarm_step]], marker="x", color="#d62728", markersize=9)
             axis.set_title(f"{row.episode_id[:28]} ({row.label})", fontsize=8)
             axis.tick_params(labelsize=7)
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         for axis in list(axes.flat)[len(chosen):]:
             axis.axis("off")
         figure.suptitle(f"{corpus}: step scores (dashed: threshold, orange: onset, x: alarm)", fontsize=10)
+        figure.tight_layout()
         name = f"streams_{_slug(corpus)}.png"
         _save(figure, out / name)
         plt.close(figure)
