@@ -1,4 +1,21 @@
-"""Repair: roll a flagged run back to the framework's own checkpoint and re-run it live under a hint rung."""
+"""Repair: roll a flagged run back to the framework's own checkpoint and re-run it live under a hint rung.
+
+LangGraph (any checkpointer; SQLite by default)::
+
+    graph = create_agent(model, tools, checkpointer=sqlite_checkpointer("runs.db"))
+    repairer = Repairer(Guard([VerifierLayer(spec), monitor], mode="intervene"))
+    outcome = repairer.run_langgraph(graph, {"messages": [HumanMessage(task)]}, config)
+    outcome.outcome   # clean | repaired | unrepaired | halted | escalated | logged
+    outcome.answer    # what to deliver (None when no run passed its checks)
+
+AutoGen (an ``AssistantAgent(max_tool_iterations=1)``, its state saved after every step)::
+
+    outcome = await repairer.arun_autogen(agent, task)
+
+Contract violations and circuit-breaker trips reach ``Repairer(on_escalate=...)`` as an
+`Escalation`; every attempt is a ``guardrail.repair`` span (rung, target step, extra model
+calls, outcome).
+"""
 
 from repair.breaker import CircuitBreaker, LoopDetector, Trip
 from repair.checkpoints import (
