@@ -1,7 +1,8 @@
 """`guardrail bench overhead`: guarded vs unguarded runs of the same scripted agent, added milliseconds per step.
 
 For each framework (LangGraph ``create_agent`` with `GuardMiddleware`, AutoGen ``AssistantAgent`` with
-`AutoGenGuard`) and each configuration (``gate`` alone; ``all``: gate, step monitor and verifiers),
+`AutoGenGuard`, and ``guard``: the Guard's hooks alone on a replayed run, to separate the guard's
+own cost from the framework's cost of hosting a middleware) and each configuration (``gate`` alone; ``all``: gate, step monitor and verifiers),
 the same seeded task runs unguarded and guarded in alternation, with the guard's spans exported to
 memory. Each pair gives one figure, (guarded - unguarded) / steps; the benchmark reports the median
 and 95th percentile over pairs. Alternating pairs cancels slow drift of a shared machine; the
@@ -26,7 +27,7 @@ from guardrail.cliutil import Command, emit_json, print_table, progress
 
 __all__ = ["BENCH", "measure_overhead"]
 
-FRAMEWORKS = ("langgraph", "autogen")
+FRAMEWORKS = ("langgraph", "autogen", "guard")  # "guard": the Guard alone, replaying a recorded run (no framework)
 CONFIGURATIONS = ("gate", "all")
 TASK_SEED = 3
 
@@ -64,6 +65,8 @@ def _runner(framework: str, task: Any, policy: Any, guard: Any) -> Callable[[], 
     from traces.tools import BOOKING_TOOLS, booking_tools
 
     box = booking_tools()
+    if framework == "guard":
+        return _replay_runner(task, policy, guard)
     if framework == "langgraph":
         from langchain_core.messages import HumanMessage
 
@@ -112,11 +115,37 @@ def _runner(framework: str, task: Any, policy: Any, guard: Any) -> Callable[[], 
     return lambda: asyncio.run(arun())
 
 
+def _replay_runner(task: Any, policy: Any, guard: Any) -> Callable[[], tuple[float, int]]:
+    """The guard's own cost: every hook of a recorded LangGraph run, called directly (the unguarded run costs 0)."""
+    from adapters.common import action_from_call
+    from guardrail.events import Result
+    from traces.agents import run_langgraph_episode
+
+    recorded = run_langgraph_episode(task, policy)
+
+    def replay() -> tuple[float, int]:
+        if guard is None:
+            return 0.0, len(recorded.steps)
+        started = time.process_time()
+        ctx = guard.start_episode(task=task.prompt)
+        for step in recorded.steps:
+            for event in step.tool_events:
+                action = action_from_call(event.name, event.args, event.id)
+                guard.before_action(ctx, action)
+                guard.after_result(ctx, action, Result(output=event.result or "", is_error=event.is_error,
+                                                       call_id=event.id))
+            guard.on_step(ctx, step.model_copy())
+        guard.on_finish(ctx)
+        return time.process_time() - started, len(recorded.steps)
+
+    return replay
+
+
 def _fit_monitor(framework: str) -> Any:
     from monitors import StepMonitor
     from traces.collect import collect
 
-    healthy, _ = collect(framework, 8, 11, classes=["healthy"], healthy_share=1.0, show_progress=False)
+    healthy, _ = collect("langgraph" if framework == "guard" else framework, 8, 11, classes=["healthy"], healthy_share=1.0, show_progress=False)
     return StepMonitor().fit(healthy[:5]).calibrate(healthy[5:])
 
 
@@ -173,7 +202,8 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS),
+                        help="langgraph, autogen: guarded vs unguarded agents; guard: the Guard alone on a replay")
     parser.add_argument("--configs", nargs="+", choices=CONFIGURATIONS, default=list(CONFIGURATIONS),
                         help="gate: the gate alone; all: gate, step monitor and verifiers")
     parser.add_argument("--repeats", type=int, default=30, help="guarded/unguarded pairs per row (default 30)")
