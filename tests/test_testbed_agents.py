@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from autogen_agentchat.messages import ToolCallExecutionEvent
@@ -100,4 +101,27 @@ def test_a_tool_error_reaches_the_agent_as_an_error_tool_message_and_it_retries(
     first, second = episode.steps[0].tool_events[0], episode.steps[1].tool_events[0]
     assert first.is_error and not second.is_error
     assert (first.name, first.args) == (second.name, second.args)
+    assert _final_total(episode.answer) == task.expected_total
+
+
+async def test_another_autogen_client_runs_the_same_agent_and_the_episode_comes_from_its_events() -> None:
+    from autogen_core import FunctionCall
+    from autogen_core.models import CreateResult, ModelInfo, RequestUsage
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    task = make_task(1, db=DB, kinds=["baggage"])
+    calls = task.goal.calls()
+    usage = RequestUsage(prompt_tokens=10, completion_tokens=7)
+    replies: list[str | CreateResult] = [
+        CreateResult(finish_reason="function_calls", usage=usage, cached=False,
+                     content=[FunctionCall(id=f"c{i}", name=c.tool, arguments=json.dumps(c.arg_dict))])
+        for i, c in enumerate(calls)]
+    replies.append(f"The total is ${task.expected_total:.0f}.")
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family="unknown", structured_output=False)
+    episode = await arun_autogen_episode(task, Policy(seed=1), toolbox=booking_tools(DB),
+                                         client=ReplayChatCompletionClient(replies, model_info=info))
+    assert episode.T == len(calls) + 1 and episode.steps[-1].is_final
+    assert [e.name for s in episode.steps for e in s.tool_events] == [c.tool for c in calls]
+    assert all(e.result and not e.is_error for s in episode.steps for e in s.tool_events)
+    assert all(s.token_logprobs == [] and s.output_tokens == 7 for s in episode.steps[:-1])
     assert _final_total(episode.answer) == task.expected_total

@@ -176,6 +176,10 @@ def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletion
     """An `Episode` from an AutoGen run: one step per model reply, results from the ToolCallExecutionEvents."""
     from autogen_agentchat.messages import ToolCallExecutionEvent
 
+    if not isinstance(client, ScriptedChatCompletionClient):
+        return _episode_from_autogen_messages(messages, task, policy, log=log, episode_id=episode_id,
+                                              model=str(getattr(client, "model_name", None) or type(client).__name__),
+                                              meta=meta)
     executed = {r.call_id: r for m in messages if isinstance(m, ToolCallExecutionEvent) for r in m.content}
     steps: list[Step] = []
     for result, latency in zip(client.results, client.latencies, strict=True):
@@ -199,18 +203,60 @@ def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletion
                     meta=meta or {})
 
 
+def _episode_from_autogen_messages(messages: Sequence[Any], task: Task, policy: Policy, *,
+                                   log: Sequence[ToolCallRecord], episode_id: str | None, model: str,
+                                   meta: dict[str, Any] | None) -> Episode:
+    # Any other model client (a real endpoint): the steps come from the agent's own event stream; no logprobs.
+    from autogen_agentchat.messages import (
+        TextMessage,
+        ThoughtEvent,
+        ToolCallExecutionEvent,
+        ToolCallRequestEvent,
+    )
+
+    executed = {r.call_id: r for m in messages if isinstance(m, ToolCallExecutionEvent) for r in m.content}
+    steps: list[Step] = []
+    thought = ""
+    for message in messages:
+        if isinstance(message, ThoughtEvent):
+            thought = message.content
+        elif isinstance(message, ToolCallRequestEvent):
+            events = []
+            for call in message.content:
+                try:
+                    args = json.loads(call.arguments or "{}")
+                except json.JSONDecodeError:
+                    args = call.arguments
+                answer = executed.get(call.id)
+                output = None if answer is None else answer.content
+                events.append(ToolEvent(id=call.id, name=call.name, args=args, result=output,
+                                        result_chars=None if output is None else len(output),
+                                        is_error=answer is None or bool(answer.is_error)))
+            usage = message.models_usage
+            steps.append(_step(len(steps), thought, events, [], None,
+                               usage.completion_tokens if usage else None, task))
+            thought = ""
+        elif isinstance(message, TextMessage) and message.source != "user":
+            usage = message.models_usage
+            steps.append(_step(len(steps), message.content, [], [], None,
+                               usage.completion_tokens if usage else None, task))
+    _fill_latencies(steps, log)
+    return _episode(task, steps, framework="autogen", model=model, episode_id=episode_id, policy=policy,
+                    meta=meta or {})
+
+
 async def arun_autogen_episode(task: Task, policy: Policy, *, workbench: Any = None, toolbox: ToolBox | None = None,
-                               episode_id: str | None = None) -> Episode:
-    """Run `task` through a real AutoGen `AssistantAgent` (async)."""
+                               episode_id: str | None = None, client: Any = None) -> Episode:
+    """Run `task` through a real AutoGen `AssistantAgent` (async); `client` replaces the scripted model."""
     box = toolbox or booking_tools()
-    agent, client = build_autogen_agent(task, policy, toolbox=box, workbench=workbench)
+    agent, client = build_autogen_agent(task, policy, toolbox=box, workbench=workbench, client=client)
     result = await agent.run(task=task.prompt)
     return episode_from_autogen(result.messages, client, task, policy, log=box.log, episode_id=episode_id,
                                 meta={"autogen_messages": len(result.messages)})
 
 
 def run_autogen_episode(task: Task, policy: Policy, *, workbench: Any = None, toolbox: ToolBox | None = None,
-                        episode_id: str | None = None) -> Episode:
+                        episode_id: str | None = None, client: Any = None) -> Episode:
     """Run `task` through a real AutoGen `AssistantAgent` (blocking; use `arun_autogen_episode` inside an event loop)."""
     return asyncio.run(arun_autogen_episode(task, policy, workbench=workbench, toolbox=toolbox,
-                                            episode_id=episode_id))
+                                            episode_id=episode_id, client=client))

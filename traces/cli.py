@@ -23,6 +23,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"labels to request (default: all of {', '.join(ALL_CLASSES)})")
     parser.add_argument("--healthy-share", type=float, default=0.4, help="share of healthy requests (default 0.4)")
     parser.add_argument("--name", default=None, help="corpus name in the manifest (default: the directory name)")
+    parser.add_argument("--model", default="scripted",
+                        help="scripted (default), openai:NAME (any OpenAI-compatible endpoint) or ollama:NAME")
+    parser.add_argument("--endpoint", default=None, help="base URL of the model server (with --model)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -36,10 +39,20 @@ def _run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.healthy_share <= 1.0:
         sys.stderr.write("guardrail collect: --healthy-share must be between 0 and 1\n")
         return 2
+    model = None
+    if args.model != "scripted":
+        from traces.models import endpoint_model
+
+        try:
+            model = endpoint_model(args.framework, args.model, args.endpoint)
+        except (ValueError, RuntimeError) as exc:
+            sys.stderr.write(f"guardrail collect: {exc}\n")
+            return 2
     started = time.perf_counter()
     try:
         manifest = write_collected(args.out, args.framework, args.n, args.seed, classes=args.classes,
-                                   healthy_share=args.healthy_share, name=args.name, show_progress=not args.quiet)
+                                   healthy_share=args.healthy_share, name=args.name, show_progress=not args.quiet,
+                                   model=model, model_name="scripted-policy" if model is None else args.model)
     except ValueError as exc:
         sys.stderr.write(f"guardrail collect: {exc}\n")
         return 2

@@ -62,14 +62,17 @@ class _Runner:
     """Runs episodes on one framework; AutoGen episodes share one event loop (asyncio.Runner closes it cleanly)."""
 
     framework: str
+    model: Any = None  # a real chat model / AutoGen client; None runs the scripted policy
     loop: asyncio.Runner | None = None
 
     def run(self, task: Any, policy: Policy, toolbox: Any, episode_id: str) -> Episode:
         if self.framework == "langgraph":
-            return run_langgraph_episode(task, policy, toolbox=toolbox, thread_id=episode_id, episode_id=episode_id)
+            return run_langgraph_episode(task, policy, toolbox=toolbox, thread_id=episode_id, episode_id=episode_id,
+                                         model=self.model)
         if self.loop is None:
             self.loop = asyncio.Runner()
-        return self.loop.run(arun_autogen_episode(task, policy, toolbox=toolbox, episode_id=episode_id))
+        return self.loop.run(arun_autogen_episode(task, policy, toolbox=toolbox, episode_id=episode_id,
+                                                  client=self.model))
 
     def close(self) -> None:
         if self.loop is not None:
@@ -140,13 +143,21 @@ def label_run(episode: Episode, task: Task, requested: str, *, injector: Injecto
 
 
 def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES, healthy_share: float = 0.4,
-            db: BookingDB | None = None, show_progress: bool = True) -> tuple[list[Episode], list[RejectedEntry]]:
-    """Collect `n` requested episodes on `framework`; returns (kept episodes, rejected entries)."""
+            db: BookingDB | None = None, show_progress: bool = True,
+            model: Any = None) -> tuple[list[Episode], list[RejectedEntry]]:
+    """Collect `n` requested episodes on `framework`; returns (kept episodes, rejected entries).
+
+    `model` replaces the scripted policy with a real chat model (LangChain model or AutoGen client);
+    its slips cannot be ordered, so organic classes are not requested and its healthy runs are
+    labelled by the labeller like any other.
+    """
     from guardrail.cliutil import progress
 
+    if model is not None:
+        classes = [c for c in classes if c not in ORGANIC_CLASSES]
     database = db or BookingDB()
     labels = requested_labels(n, seed, classes, healthy_share)
-    runner = _Runner(framework)
+    runner = _Runner(framework, model)
     kept: list[Episode] = []
     rejected: list[RejectedEntry] = []
     try:
@@ -161,12 +172,13 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
 
 
 def write_collected(out: str | Path, framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES,
-                    healthy_share: float = 0.4, name: str | None = None, show_progress: bool = True) -> Manifest:
+                    healthy_share: float = 0.4, name: str | None = None, show_progress: bool = True,
+                    model: Any = None, model_name: str = "scripted-policy") -> Manifest:
     """Collect and write a corpus to `out` (see `guardrail.corpus.write_corpus`)."""
     from guardrail import __version__
 
     episodes, rejected = collect(framework, n, seed, classes=classes, healthy_share=healthy_share,
-                                 show_progress=show_progress)
+                                 show_progress=show_progress, model=model)
     generator = {"tool": "guardrail collect", "guardrail_version": __version__, "framework": framework, "n": n,
-                 "seed": seed, "classes": list(classes), "healthy_share": healthy_share, "model": "scripted-policy"}
+                 "seed": seed, "classes": list(classes), "healthy_share": healthy_share, "model": model_name}
     return write_corpus(out, episodes, name=name or Path(out).name, rejected=rejected, generator=generator)

@@ -11,6 +11,7 @@ messages into a `Transcript`, so the policy decides from exactly what the framew
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
@@ -34,7 +35,7 @@ from pydantic import ConfigDict, Field
 
 from traces.policy import CallResult, Policy, Reply, Transcript
 
-__all__ = ["ScriptedChatCompletionClient", "ScriptedChatModel", "transcript_from_autogen",
+__all__ = ["ScriptedChatCompletionClient", "ScriptedChatModel", "endpoint_model", "transcript_from_autogen",
            "transcript_from_langchain"]
 
 
@@ -218,3 +219,43 @@ class ScriptedChatCompletionClient(ChatCompletionClient):
     @property
     def capabilities(self) -> Any:
         return self.model_info
+
+
+# --------------------------------------------------------------------------- real endpoints
+def endpoint_model(framework: str, model: str, endpoint: str | None = None, *, temperature: float = 0.2) -> Any:
+    """A real chat model for `framework` from ``openai:NAME`` (any OpenAI-compatible endpoint) or ``ollama:NAME``.
+
+    The framework's own client library does the talking; a missing one is named with the pip
+    command that installs it. Nothing is contacted until the agent runs.
+    """
+    provider, _, name = model.partition(":")
+    if provider not in ("openai", "ollama") or not name:
+        raise ValueError(f"model {model!r}: use openai:NAME (with --endpoint for a compatible server) or ollama:NAME")
+    api_key = os.environ.get("OPENAI_API_KEY", "not-needed")
+    try:
+        if framework == "langgraph" and provider == "openai":
+            from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+
+            return ChatOpenAI(model=name, base_url=endpoint, api_key=api_key, temperature=temperature,
+                              logprobs=True)
+        if framework == "langgraph":
+            from langchain_ollama import ChatOllama  # type: ignore[import-not-found]
+
+            return ChatOllama(model=name, base_url=endpoint or "http://localhost:11434", temperature=temperature)
+        if provider == "openai":
+            from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+            where: dict[str, Any] = {"base_url": endpoint} if endpoint else {}
+            return OpenAIChatCompletionClient(model=name, api_key=api_key, temperature=temperature,
+                                              model_info=ModelInfo(vision=False, function_calling=True,
+                                                                   json_output=False, family="unknown",
+                                                                   structured_output=False), **where)
+        from autogen_ext.models.ollama import OllamaChatCompletionClient
+
+        return OllamaChatCompletionClient(model=name, host=endpoint or "http://localhost:11434",
+                                          options={"temperature": temperature})
+    except ModuleNotFoundError as exc:
+        package = {"langchain_openai": "langchain-openai", "langchain_ollama": "langchain-ollama",
+                   "openai": "autogen-ext[openai]", "ollama": "autogen-ext[ollama]"}.get(
+            (exc.name or "").split(".")[0], exc.name)
+        raise RuntimeError(f"{model} on {framework} needs {exc.name}: pip install {package}") from exc
