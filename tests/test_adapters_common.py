@@ -1,0 +1,51 @@
+"""What every adapter shares: any tool call a model emits becomes an Action, and Guard failures never escape."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.common import action_from_call, complete_step, safe_decision, tool_text
+from guardrail.events import ActionKind, Step, StepKind, ToolEvent
+from guardrail.guard import Guard, GuardError
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                  max_size=4), max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(["bash", "python", "lookup", "run_shell", ""]), args=_JSON | st.text(max_size=60))
+def test_any_model_tool_call_becomes_an_action(name, args):
+    action = action_from_call(name, args, "c1")
+
+    assert action.call_id == "c1"
+    assert isinstance(action.args, dict)
+
+
+def test_shell_and_python_tools_become_commands_and_code():
+    assert action_from_call("bash", {"command": "ls -la"}).kind is ActionKind.SHELL
+    assert action_from_call("python", {"code": "print(1)"}).code == "print(1)"
+    assert action_from_call("lookup", '{"city": "Oslo"}').args == {"city": "Oslo"}
+    assert action_from_call("lookup", "not json").args == {"_raw": "not json"}  # kept, not dropped
+
+
+def test_a_guard_misuse_is_a_finding_not_an_exception():
+    guard = Guard([])
+    ctx = guard.start_episode()
+    guard.on_finish(ctx)
+
+    decision = safe_decision("on_finish", lambda: guard.on_finish(ctx))  # finishing twice raises GuardError
+
+    assert decision.allowed and decision.findings[0].check == "internal_error"
+    assert GuardError.__name__ in decision.findings[0].message
+
+
+def test_a_completed_tool_step_has_the_corpus_text_and_error_flag():
+    step = Step(index=0, kind=StepKind.TOOL_CALL, tool_events=[
+        ToolEvent(id="1", name="lookup", args={"city": "Oslo"}, result="Error: 503", is_error=True, latency_s=0.5)])
+
+    complete_step(step, content="Looking up.", model_latency_s=0.25, task="book Oslo")
+
+    assert step.text == 'Looking up. [lookup({"city": "Oslo"}) -> Error: 503]' == "Looking up. " + tool_text(step.tool_events)
+    assert step.error and step.latency_s == 0.75 and step.task == "book Oslo"
