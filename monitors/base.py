@@ -36,6 +36,10 @@ class Detector(Protocol):
 
 
 def score_sequence(detector: Detector, sequence: np.ndarray) -> np.ndarray:
-    """Per-step scores of one episode's (T, dim) features, through the same stream an agent uses."""
+    """Per-step scores of one episode's (T, dim) features: the detector's vectorised `score_batch` when it
+    has one (tested equal to the stream), else the same stream an agent uses."""
+    batch = getattr(detector, "score_batch", None)
+    if batch is not None:
+        return np.asarray(batch(sequence))
     stream = detector.start()
     return np.array([stream.update(x) for x in sequence])

@@ -63,7 +63,7 @@ class EsnCusum:
             held_out = row_fold == fold
             readouts = self._solve(designs, ~held_out)
             for r, (z, y) in enumerate(designs):
-                residuals[r][held_out] = z[held_out] @ readouts[r] - y[held_out]
+                residuals[r][held_out] = np.einsum("ti,ij->tj", z[held_out], readouts[r]) - y[held_out]
         # Residual scale per reservoir output dimension, pooled over the K members of a channel.
         sigma = np.empty(self.out_dim_)
         for c in range(len(self.channels_)):
@@ -139,7 +139,7 @@ class EsnCusum:
         padded = np.zeros((len(seqs), t_max, self.dim_))
         for e, seq in enumerate(seqs):
             padded[e, : len(seq)] = seq
-        drive = (padded @ self.w_in_.T).reshape(len(seqs), t_max, self.n_reservoirs_, self.n_units)
+        drive = np.einsum("etd,nd->etn", padded, self.w_in_).reshape(len(seqs), t_max, self.n_reservoirs_, self.n_units)
         h = np.zeros((len(seqs), self.n_reservoirs_, self.n_units))
         out = np.empty((len(seqs), t_max, self.n_reservoirs_, self.n_units))
         for t in range(t_max):
@@ -165,12 +165,14 @@ class EsnCusum:
         return designs, episode_of_row
 
     def _solve(self, designs: Sequence[tuple[np.ndarray, np.ndarray]], rows: np.ndarray) -> list[np.ndarray]:
+        # einsum rather than `@` for the Gram matrices: these are a few hundred rows by a few dozen
+        # columns, where multithreaded BLAS only adds contention (it tripled the fit on a busy machine).
         readouts = []
         for z_all, y_all in designs:
             z, y = z_all[rows], y_all[rows]
-            gram = z.T @ z + self.ridge * np.eye(z.shape[1])
+            gram = np.einsum("ti,tj->ij", z, z) + self.ridge * np.eye(z.shape[1])
             gram[-1, -1] -= self.ridge - 1e-8  # leave the intercept (nearly) unpenalised
-            readouts.append(np.linalg.solve(gram, z.T @ y))
+            readouts.append(np.linalg.solve(gram, np.einsum("ti,tj->ij", z, y)))
         return readouts
 
     def _build_readout(self, readouts: list[np.ndarray]) -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from guardrail.events import Episode, Step
 from monitors.calibration import alarm_threshold
@@ -109,9 +108,7 @@ class StepMonitor:
             raise RuntimeError("fit_features needs a fitted telemetry_ (use fit, or set telemetry_ first)")
         self.hybrid_ = Hybrid(self.components, self.fusion, detector_params=self.detector_params,
                               n_folds=self.n_folds, random_state=self.random_state)
-        # The solves are on matrices of a few dozen columns: BLAS threads only add contention here.
-        with threadpool_limits(limits=1, user_api="blas"):
-            self.hybrid_.fit(features, self.telemetry_.slices_, perturbed)
+        self.hybrid_.fit(features, self.telemetry_.slices_, perturbed)
         self.threshold_ = float("inf")  # no alarms until calibrated on healthy validation episodes
         self.n_train_ = len(features)
         return self

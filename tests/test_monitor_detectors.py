@@ -102,3 +102,22 @@ def test_hybrid_max_fusion_is_calibrated_out_of_fold() -> None:
 def test_logistic_fusion_refuses_to_fit_without_perturbations() -> None:
     with pytest.raises(ValueError, match="perturbed"):
         Hybrid(("delta_mahalanobis",), fusion="logistic").fit(_healthy(), SLICES)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_mahalanobis_batch_scores_equal_the_stream(delta: bool) -> None:
+    model = Mahalanobis(delta=delta).fit(_healthy(), SLICES)
+    seq = _healthy(1, 9, seed=4)[0]
+    stream = model.start()
+    assert np.allclose(model.score_batch(seq), [stream.update(x) for x in seq])
+
+
+def test_ledoit_wolf_covariance_matches_scikit_learn() -> None:
+    from sklearn.covariance import LedoitWolf
+
+    from monitors.mahalanobis import ledoit_wolf_covariance
+
+    rows = np.random.default_rng(0).normal(size=(60, 7)) * np.arange(1, 8)
+    reference = LedoitWolf().fit(rows)
+    covariance, shrinkage = ledoit_wolf_covariance(rows - rows.mean(axis=0))
+    assert np.allclose(covariance, reference.covariance_) and np.isclose(shrinkage, reference.shrinkage_)
