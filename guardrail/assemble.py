@@ -28,16 +28,10 @@ def _gate(workspace: str | os.PathLike[str], *, python: str | None, tools: Any) 
 
 def _monitor(model: Any) -> Layer:
     try:
-        import monitors.layer as monitor_layer  # type: ignore[import-not-found,unused-ignore]
+        from monitors.layer import MonitorLayer
     except ImportError as exc:
         raise LayerUnavailable(f"model= asks for the step monitor, but monitors.layer cannot load: {exc}") from exc
-    cls = monitor_layer.MonitorLayer
-    if isinstance(model, str | os.PathLike):
-        loader = getattr(cls, "load", None) or getattr(cls, "from_file", None)
-        if loader is None:
-            raise LayerUnavailable("monitors.layer.MonitorLayer has no load(path); pass a fitted monitor instead")
-        return loader(os.fspath(model))  # type: ignore[no-any-return]
-    return cls(model)  # type: ignore[no-any-return]
+    return MonitorLayer(model)  # a fitted StepMonitor or the path of its model file
 
 
 def _verifiers(spec: Any, contracts: Any) -> Layer:

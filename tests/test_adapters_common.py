@@ -49,3 +49,18 @@ def test_a_completed_tool_step_has_the_corpus_text_and_error_flag():
 
     assert step.text == 'Looking up. [lookup({"city": "Oslo"}) -> Error: 503]' == "Looking up. " + tool_text(step.tool_events)
     assert step.error and step.latency_s == 0.75 and step.task == "book Oslo"
+
+
+def test_guard_default_assembles_the_layers_the_arguments_allow(tmp_path, sentinel_dir):
+    from guardrail.corpus import read_corpus
+    from monitors import StepMonitor
+    from monitors.model_file import save_monitor
+
+    healthy = read_corpus(sentinel_dir / "autogen7b").healthy()
+    save_monitor(StepMonitor().fit(healthy[:8]).calibrate(healthy[8:14]), tmp_path / "m.npz")
+
+    assert [layer.name for layer in Guard.default().layers] == []
+    assert [layer.name for layer in Guard.default(workspace=tmp_path).layers] == ["gate"]
+    guard = Guard.default(workspace=tmp_path, model=tmp_path / "m.npz", spec="booking_tools", mode="intervene")
+    assert [layer.name for layer in guard.layers] == ["gate", "monitor", "verifier"]
+    assert guard.mode == "intervene"
