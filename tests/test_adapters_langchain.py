@@ -303,3 +303,26 @@ def test_hand_built_state_graph_with_guarded_tool_node(workspace, tools):
     assert len(recorder.finished) == 1
     assert [s.kind for s in recorder.finished[0].steps] == [StepKind.TOOL_CALL, StepKind.TOOL_CALL, StepKind.FINAL]
     assert recorder.finished[0].steps[0].tool_events[0].is_error
+
+
+def test_one_middleware_serves_concurrent_runs_as_separate_episodes(workspace, tools):
+    from concurrent.futures import ThreadPoolExecutor
+
+    tool_list, _ = tools
+    recorder = StepRecorder()
+    middleware = GuardMiddleware(Guard([recorder]))
+
+    def one(n: int) -> str:
+        model = scripted(call("read_file", f"c{n}", path=str(workspace / "notes.txt")), AIMessage(content=f"done {n}"))
+        agent = create_agent(model, tool_list, middleware=[middleware], checkpointer=InMemorySaver())
+        return run(agent, f"task {n}", thread=f"t{n}")["guardrail_episode"]
+
+    with ThreadPoolExecutor(4) as pool:
+        episode_ids = list(pool.map(one, range(6)))
+
+    assert len(set(episode_ids)) == 6
+    by_task = {e.task: e for e in recorder.finished}
+    assert sorted(by_task) == [f"task {n}" for n in range(6)]
+    for n in range(6):
+        assert [s.kind for s in by_task[f"task {n}"].steps] == [StepKind.TOOL_CALL, StepKind.FINAL]
+        assert by_task[f"task {n}"].answer == f"done {n}"
