@@ -22,6 +22,7 @@ import re
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,9 +149,11 @@ def evaluate_expression(expression: str) -> float:
     # Strip currency signs and thousands separators ("$1,250"), keeping the commas between min()/max() arguments.
     cleaned = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", expression.replace("$", ""))
     try:
-        tree = ast.parse(cleaned, mode="eval")
-    except SyntaxError as exc:
-        raise ValueError(f"not an arithmetic expression: {exc.msg}") from exc
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)  # "1e" and friends: the SyntaxError below says it
+            tree = ast.parse(cleaned, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"not an arithmetic expression: {getattr(exc, 'msg', None) or type(exc).__name__}") from exc
     if sum(1 for _ in ast.walk(tree)) > MAX_EXPRESSION_NODES:
         raise ValueError("expression too large")
 
@@ -158,7 +161,7 @@ def evaluate_expression(expression: str) -> float:
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
-            return node.value
+            return float(node.value)  # floats throughout: magnitudes stay bounded (overflow raises, never grows)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = ev(node.left), ev(node.right)
             if isinstance(node.op, ast.Pow) and abs(right) > 16:
@@ -176,6 +179,10 @@ def evaluate_expression(expression: str) -> float:
         value = ev(tree)
     except ZeroDivisionError as exc:
         raise ValueError("division by zero") from exc
+    except OverflowError as exc:
+        raise ValueError("result too large") from exc
+    except (TypeError, RecursionError) as exc:  # min() with no arguments, absurd nesting
+        raise ValueError(f"cannot evaluate: {exc}") from exc
     if not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError("expression did not give a finite number")
     return float(value)
