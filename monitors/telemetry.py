@@ -178,7 +178,8 @@ class TelemetryStream:
             self._context = _words(step.task, cap)
         x = np.empty(self._dim)
         events = step.tool_events
-        result = "".join(ev.result or "" for ev in events) if events else ""
+        # Results are capped before any work on them (untrusted, possibly megabytes); lengths use the full size.
+        result = "".join((ev.result or "")[:cap] for ev in events) if events else ""
         for name, sl in self._slices:
             if name == "e":
                 x[sl] = _hash_trigrams(text, tel.e_dim, self._shift, cap)
@@ -218,7 +219,7 @@ class TelemetryStream:
             math.log1p(_bounded(step.latency_s)),
             math.log1p(_bounded(step.output_tokens)),
             float(len(events)),
-            math.log1p(len(result)),
+            math.log1p(sum(len(ev.result or "") for ev in events)),
         )
 
     def _grounding(self, step: Step, text: str, result: str, cap: int) -> tuple[float, ...]:

@@ -87,6 +87,7 @@ def test_fit_rejects_bad_settings() -> None:
         Telemetry(channels=("e", "z")).fit([_episode(0, False)])
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(text=nasty_text, args=json_values, result=st.none() | nasty_text,
        logprobs=st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=8),
