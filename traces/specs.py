@@ -105,3 +105,33 @@ def verifier_spec(task_text: str) -> dict[str, Any] | None:
         "total_words": ["total", "comes to", "answer"],
         "constants": [float(c) for c in constants],
     }
+
+
+def flag_rates(corpus_dir: str) -> dict[str, dict[str, float]]:
+    """Per label: the share of episodes each check flags (and any check), with each episode's own task spec."""
+    from collections import Counter, defaultdict
+
+    from guardrail.corpus import read_corpus
+    from verifiers import VerifierSpec, verify_episode
+
+    counts: Counter[str] = Counter()
+    flagged: dict[str, Counter[str]] = defaultdict(Counter)
+    for episode in read_corpus(corpus_dir).episodes:
+        raw = verifier_spec(episode.task or "")
+        if raw is None:
+            continue
+        flags = verify_episode(episode, VerifierSpec.model_validate(raw)).flags
+        counts[episode.label] += 1
+        flagged[episode.label]["any"] += any(flags.values())
+        for check, hit in flags.items():
+            flagged[episode.label][check] += hit
+    return {label: {"n": float(n), **{k: v / n for k, v in sorted(flagged[label].items())}}
+            for label, n in sorted(counts.items())}
+
+
+if __name__ == "__main__":  # python -m traces.specs CORPUS_DIR...: the verifiers' flag rates per label
+    import json
+    import sys
+
+    for path in sys.argv[1:]:
+        print(json.dumps({"corpus": path, "flag_rates": flag_rates(path)}))
