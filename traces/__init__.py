@@ -10,7 +10,12 @@ Public API (small on purpose):
   and ``run_autogen_episode(task, policy, *, workbench=None, toolbox=None)`` (``arun_autogen_episode`` in a loop)
   return a ``guardrail.events.Episode``; ``build_langgraph_agent`` / ``build_autogen_agent`` give the agents.
 
-Submodules import the frameworks; import what you need from them (``from traces.agents import ...``).
+Beyond the agents: ``traces.injectors.make_injector(class, onset=, seed=)`` (tool-layer faults),
+``traces.labeller.grade_episode(episode, task)`` (organic labels from ground truth),
+``traces.collect.write_collected(dir, framework, n, seed)`` (``guardrail collect``),
+``traces.specs.verifier_spec(task_text)`` (the task's verifier spec), ``traces.models.endpoint_model``
+(a real chat model by name), and ``traces.coding`` (the coding-agent testbed, ``python -m traces.coding``).
+Committed corpora: ``traces/corpora/`` (see its README).
 """
 
 from traces.agents import (
