@@ -13,28 +13,28 @@ from guardrail.cliutil import Command
 __all__ = ["main", "COMMANDS", "BENCHMARKS"]
 
 # name -> "module:attribute" holding a Command. Adding a command is one line here plus its module.
-COMMANDS: dict[str, str] = {
-    "inspect": "guardrail.corpus_cli:INSPECT",
-    "demo": "guardrail.demo:DEMO",
-    "check": "guardrail.statemirror.cli:CHECK",
-    "collect": "traces.cli:COLLECT",
-    "fit": "monitors.cli:FIT",
-    "score": "monitors.cli:SCORE",
-    "verify": "verifiers.cli:VERIFY",
-    "report": "guardrail.report:REPORT",
-    "audit-traj": "adapters.swe_agent:AUDIT_TRAJ",
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("guardrail.corpus_cli:INSPECT", "list a corpus's episodes, labels and corrupt lines"),
+    "demo": ("guardrail.demo:DEMO", "run the whole guard on scripted LangGraph and AutoGen agents"),
+    "check": ("guardrail.statemirror.cli:CHECK", "gate one proposed action (or a batch) against a workspace"),
+    "collect": ("traces.cli:COLLECT", "collect a testbed corpus from real framework agents"),
+    "fit": ("monitors.cli:FIT", "fit the step monitor on healthy episodes"),
+    "score": ("monitors.cli:SCORE", "score episodes with a fitted monitor"),
+    "verify": ("verifiers.cli:VERIFY", "run the deterministic verifiers over a corpus"),
+    "report": ("guardrail.report:REPORT", "HTML report with score plots, findings and a summary"),
+    "audit-traj": ("adapters.swe_agent:AUDIT_TRAJ", "gate every action of a recorded SWE-agent .traj"),
 }
 
 # `guardrail bench NAME`: the benchmarks, each a Command as well.
-BENCHMARKS: dict[str, str] = {
-    "gate": "guardrail.statemirror.bench:BENCH",
-    "monitor": "monitors.bench:BENCH",
-    "verify": "verifiers.bench:BENCH",
-    "consistency": "guardrail.consistency_bench:BENCH",
-    "repair": "repair.bench:BENCH",
-    "overhead": "adapters.bench:BENCH",
-    "load": "guardrail.load_bench:BENCH",
-    "scale": "guardrail.scale_bench:BENCH",
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "gate": ("guardrail.statemirror.bench:BENCH", "gate precision/recall/latency on real projects"),
+    "monitor": ("monitors.bench:BENCH", "monitor AUROC/detection/FA on corpora, vs published"),
+    "verify": ("verifiers.bench:BENCH", "verifier catch rates and healthy false positives"),
+    "consistency": ("guardrail.consistency_bench:BENCH", "naive vs separated self-consistency gate"),
+    "repair": ("repair.bench:BENCH", "repair rungs vs the resample control"),
+    "overhead": ("adapters.bench:BENCH", "added time per step, guarded vs unguarded"),
+    "load": ("guardrail.load_bench:BENCH", "steps/s and memory at 1/8/64 concurrent episodes"),
+    "scale": ("guardrail.scale_bench:BENCH", "scoring throughput on 1/2/4 Dask workers vs local"),
 }
 
 
@@ -62,7 +62,7 @@ def _build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, dict[st
     # Import only the command actually asked for (fast startup, no heavy imports for --help).
     wanted = next((a for a in argv if not a.startswith("-")), None)
     resolved: dict[str, Command | str] = {}
-    for name, target in COMMANDS.items():
+    for name, (target, summary) in COMMANDS.items():
         if name == wanted:
             resolved[name] = _resolve(target)
             cmd = resolved[name]
@@ -70,14 +70,14 @@ def _build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, dict[st
             if isinstance(cmd, Command):
                 cmd.add_arguments(sub)
         else:
-            subparsers.add_parser(name, help=f"(see guardrail {name} --help)")
+            subparsers.add_parser(name, help=summary)
     bench = subparsers.add_parser("bench", help="benchmarks: " + ", ".join(BENCHMARKS))
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     bench_wanted = None
     if wanted == "bench":
         rest = argv[list(argv).index("bench") + 1:]
         bench_wanted = next((a for a in rest if not a.startswith("-")), None)
-    for name, target in BENCHMARKS.items():
+    for name, (target, summary) in BENCHMARKS.items():
         if name == bench_wanted:
             resolved["bench " + name] = _resolve(target)
             cmd = resolved["bench " + name]
@@ -85,7 +85,7 @@ def _build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, dict[st
             if isinstance(cmd, Command):
                 cmd.add_arguments(sub)
         else:
-            bench_sub.add_parser(name, help=f"(see guardrail bench {name} --help)")
+            bench_sub.add_parser(name, help=summary)
     return parser, resolved
 
 
