@@ -38,7 +38,8 @@ def ledoit_wolf_covariance(centred: np.ndarray) -> tuple[np.ndarray, float]:
 class Mahalanobis:
     """Squared Mahalanobis distance of x_t (or of x_t - x_{t-1} with ``delta=True``) from healthy steps.
 
-    Per-channel distances are also kept (`channel_scores`) so a user can see which channel moved.
+    `channel_scores` explains a score: each channel's own squared distance (its own shrinkage
+    covariance, fitted alongside) at the last step, computed only when asked, off the hot path.
     The delta form scores the first step by its distance from healthy first-step changes of zero,
     i.e. 0: a change needs a previous step.
     """
@@ -64,14 +65,18 @@ class Mahalanobis:
         covariance, self.shrinkage_ = ledoit_wolf_covariance(rows - self.location_)
         self.precision_ = pinvh(covariance)
         self.slices_ = dict(slices)
+        self.channel_precisions_ = {name: pinvh(ledoit_wolf_covariance(rows[:, sl] - self.location_[sl])[0])
+                                    for name, sl in slices.items()}
         return self
 
     def get_state(self) -> dict[str, np.ndarray]:
-        return {"location": self.location_, "precision": self.precision_}
+        return {"location": self.location_, "precision": self.precision_,
+                **{f"channel_precision.{name}": p for name, p in self.channel_precisions_.items()}}
 
     def set_state(self, state: dict[str, np.ndarray], slices: dict[str, slice]) -> None:
         self.location_, self.precision_ = state["location"], state["precision"]
         self.slices_ = dict(slices)
+        self.channel_precisions_ = {name: state[f"channel_precision.{name}"] for name in slices}
 
     def start(self) -> MahalanobisStream:
         return MahalanobisStream(self)
@@ -90,12 +95,13 @@ class Mahalanobis:
 class MahalanobisStream:
     """Hot path: one centred vector and one matvec per step (a few microseconds)."""
 
-    __slots__ = ("_m", "_prev", "_last")
+    __slots__ = ("_m", "_prev", "_last", "_centred")
 
     def __init__(self, model: Mahalanobis) -> None:
         self._m = model
         self._prev: np.ndarray | None = None
         self._last = 0.0
+        self._centred: np.ndarray | None = None
 
     def update(self, x: np.ndarray) -> float:
         m = self._m
@@ -103,12 +109,19 @@ class MahalanobisStream:
             prev, self._prev = self._prev, x
             if prev is None:
                 self._last = 0.0
+                self._centred = None
                 return 0.0
             centred = (x - prev) - m.location_
         else:
             centred = x - m.location_
+        self._centred = centred
         self._last = float(centred @ (m.precision_ @ centred))
         return self._last
 
     def channel_scores(self) -> dict[str, float]:
-        return {"all": self._last}
+        """Each channel's squared distance at the last step (0 before a delta has a previous step)."""
+        centred = self._centred
+        m = self._m
+        if centred is None:
+            return {name: 0.0 for name in m.slices_}
+        return {name: float(centred[sl] @ m.channel_precisions_[name] @ centred[sl]) for name, sl in m.slices_.items()}

@@ -131,10 +131,18 @@ class StepMonitor:
         return MonitorStream(self, task)
 
     def score_episode(self, episode: Episode) -> EpisodeScore:
+        """Score a whole episode; channel scores are read at its deciding step (the highest score)."""
         stream = self.start(episode.task)
-        scores = [stream.update(step) for step in episode.steps]
+        scores: list[float] = []
+        channels: dict[str, float] = {}
+        best = float("-inf")
+        for step in episode.steps:
+            scores.append(stream.update(step))
+            if scores[-1] >= best:
+                best = scores[-1]
+                channels = stream.channel_scores()
         return EpisodeScore(episode.episode_id, scores, max(scores) if scores else float("-inf"),
-                            stream.alarm_step, stream.channel_scores())
+                            stream.alarm_step, channels)
 
 
 class MonitorStream:

@@ -143,6 +143,7 @@ def test_cli_fit_then_score_a_real_corpus(sentinel_dir: Path, tmp_path: Path) ->
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(rows) == len(read_corpus(corpus).episodes)
     assert {"episode_id", "max_score", "alarm_step", "channel_scores", "label"} <= set(rows[0])
+    assert {"delta_mahalanobis.e", "delta_mahalanobis.m", "delta_mahalanobis.g"} <= set(rows[0]["channel_scores"])
     healthy = [r["alarm"] for r in rows if r["label"] == "healthy"]
     injected = [r["alarm"] for r in rows if r["label"] != "healthy"]
     assert np.mean(injected) > np.mean(healthy)
