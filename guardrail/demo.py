@@ -306,15 +306,17 @@ def _report(out: Path, monitor: Any, healthy: list[Episode], monitored: Episode,
     data = ReportData(title="guardrail demo", threshold=float(monitor.threshold_),
                       rows=[_row("demo", e, monitor, None) for e in episodes],
                       gate_findings=scenes["gate"]["findings"])
-    data.rows[0].findings = scenes["verifier"]["findings"]
-    data.rows[0].episode_id += " (+ verifier scene findings)"
+    verifier = scenes["verifier"]
+    catch_table = _table([{"check": f.check, "step": f.step, "message": f.message, "hint": f.hint}
+                          for f in verifier["findings"]], ["check", "step", "message", "hint"])
     repair = scenes["repair"]
     repair_table = _table([{k: repair[k] for k in ("outcome", "original_answer", "answer", "expected_total", "rung",
                                                    "target_step", "fork_checkpoint", "extra_model_calls")}],
                           ["outcome", "original_answer", "answer", "expected_total", "rung", "target_step",
                            "fork_checkpoint", "extra_model_calls"])
-    return write_report(data, out / "report", extra_sections=[("Rollback repair (LangGraph, SQLite checkpointer)",
-                                                               repair_table)])
+    sections = [("Verifier catch (LangGraph testbed agent, booking_tour spec)", catch_table),
+                ("Rollback repair (LangGraph, SQLite checkpointer)", repair_table)]
+    return write_report(data, out / "report", extra_sections=sections)
 
 
 def run_demo(out_dir: str | Path = "out/demo") -> dict[str, Any]:

@@ -88,3 +88,35 @@ def test_a_directory_that_is_not_a_corpus_is_a_clear_error(fitted, tmp_path, cap
 
     assert main(["report", str(tmp_path), "--model", str(root / "monitor.npz"), "-o", str(tmp_path / "o")]) == 2
     assert "manifest.json" in capsys.readouterr().err
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return next((path for name in ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+                 if (path := shutil.which(name))), None)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium on this machine (docs/report.md has the "
+                                                 "manual check; apt-get install chromium-headless-shell)")
+def test_report_renders_in_headless_chromium(fitted, tmp_path):
+    import subprocess
+
+    import matplotlib.image
+
+    root, _ = fitted
+    out = tmp_path / "report"
+    assert main(["report", str(root / "small"), "--model", str(root / "monitor.npz"), "-o", str(out)]) == 0
+    shot = tmp_path / "shot.png"
+
+    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1800",
+                    f"--screenshot={shot}", (out / "index.html").as_uri()], capture_output=True, timeout=90,
+                   check=False)
+
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[:2] == (1800, 1200)
+    assert pixels.std() > 0.05  # not a blank page
+    rgb = pixels[..., :3]
+    plot_blue = (abs(rgb[..., 0] - 31 / 255) < 0.08) & (abs(rgb[..., 1] - 119 / 255) < 0.08) & (
+        abs(rgb[..., 2] - 180 / 255) < 0.08)
+    assert plot_blue.mean() > 0.002  # the PNG plots loaded (their bars and lines are matplotlib's blue)
