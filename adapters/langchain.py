@@ -296,9 +296,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             return None
 
     # ----------------------------------------------------------------- model calls
-    # Steps are fed around the model call, not from before_model/after_model nodes: each node hook
-    # adds a graph node per loop turn (a superstep and a checkpoint write), which costs far more than
-    # the guard itself; wrapping the call adds nothing to the graph.
+    # Steps are fed around the model call, not from before_model/after_model hooks: each of those is a
+    # graph node run every loop turn (a superstep and a checkpoint write); wrapping the call adds no node.
     def _before_model_call(self, request: Any) -> tuple[str, list[Decision]]:
         episode_id = self._episode(request.state)
         return episode_id, self._feed(episode_id, request.state.get("messages", []), final=False)
