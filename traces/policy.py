@@ -37,6 +37,12 @@ SLIPS = ("arithmetic", "skip", "hallucinate")
 _RETRY_ASKED = re.compile(r"retry|try again", re.IGNORECASE)
 _NEW_TASK = re.compile(r"New task:\s*(.+)", re.DOTALL)
 _GUESSES: dict[str, float | str] = {"money": 150.0, "weather": "mild", "lines": 3.0, "fee": 30.0}
+# Words that make a hint about a slip "relevant" under hint_response="relevant" (besides the skipped tool's name).
+_HINT_WORDS: dict[str, tuple[str, ...]] = {
+    "arithmetic": ("total", "arithmetic", "recompute", "calculator", "sum"),
+    "skip": ("coverage", "missing", "required", "never called"),
+    "hallucinate": ("grounding", "grounded", "no tool result", "not returned", "invent"),
+}
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ class Policy:
     max_obeyed_retries: int = 5  # a result that asks for a retry is obeyed this many times
     guess_when_stuck: float = 0.5  # after giving up on a call: invent the figure (else leave it out)
     follow_injected_goal: float = 1.0  # a "New task:" inside a tool result is followed with this probability
+    hint_response: str = "any"  # "any": a later user message ends every slip; "relevant": see the fields below
+    hint_fix_relevant: float = 0.9  # chance a hint naming the slip's kind (or its tool) ends it
+    hint_fix_generic: float = 0.35  # chance any other hint ends it (the model re-checks on its own)
     max_steps: int = 20
     vocabulary: int = 12  # alternatives per token for the logprob model
 
@@ -125,6 +134,8 @@ class Policy:
         plan = self._plan(goal, episode_rng)
         slip, victim = self._slip(plan, episode_rng, transcript)
         use_calculator = episode_rng.random() < self.calculator_rate and "calculator" in goal.tools
+        if self.hint_response == "relevant" and any("calculator" in hint for hint in transcript.hints):
+            use_calculator = "calculator" in goal.tools  # told to recompute with it: it does
         narrate = episode_rng.random() < self.narrate_rate * 2
 
         values: dict[str, float | str | None] = {}
@@ -195,16 +206,25 @@ class Policy:
               transcript: Transcript) -> tuple[str | None, PlannedCall | None]:
         draw = rng.random()
         victim = rng.choice(plan[1:] or plan)
-        if transcript.hints:  # a hint from the user (or a repair) makes the policy careful
-            return None, None
         for slip, rate in zip(SLIPS, (self.arithmetic_rate, self.skip_rate, self.hallucinate_rate), strict=True):
             if draw < rate:
                 if slip == "hallucinate":  # models invent figures, not weather words or head counts
                     figures = [c for c in plan[1:] or plan if c.reads not in ("weather", "lines")]
                     victim = random.Random(f"{self.seed}:victim:{victim.key}").choice(figures or [victim])
+                if transcript.hints and self._hint_fixes(slip, victim, transcript.hints):
+                    return None, None
                 return slip, victim
             draw -= rate
         return None, None
+
+    def _hint_fixes(self, slip: str, victim: PlannedCall, hints: list[str]) -> bool:
+        """Whether a later user message (e.g. a repair hint) makes the policy avoid its slip this time."""
+        if self.hint_response == "any":
+            return True
+        text = " ".join(hints).lower()
+        relevant = any(word in text for word in (*_HINT_WORDS[slip], victim.tool))
+        chance = self.hint_fix_relevant if relevant else self.hint_fix_generic
+        return random.Random(f"{self.seed}:hint:{text}").random() < chance
 
     def _read(self, call: PlannedCall, result: CallResult) -> float | str | None:
         if result.is_error or result.text is None:
