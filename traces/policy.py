@@ -136,6 +136,7 @@ class Policy:
         use_calculator = episode_rng.random() < self.calculator_rate and "calculator" in goal.tools
         if self.hint_response == "relevant" and any("calculator" in hint for hint in transcript.hints):
             use_calculator = "calculator" in goal.tools  # told to recompute with it: it does
+        # A share 2 * narrate_rate of agents narrate, each on half its calls: narrate_rate per call, clustered by agent.
         narrate = episode_rng.random() < self.narrate_rate * 2
 
         values: dict[str, float | str | None] = {}
@@ -170,7 +171,8 @@ class Policy:
         calculator_results = [c for c in transcript.calls if c.tool == "calculator"]
         if use_calculator and slip != "arithmetic" and budget_left:
             last = calculator_results[-1] if calculator_results else None
-            if last is None or (last.is_error and len(calculator_results) < self.max_attempts):
+            stale = last is not None and last.args.get("expression") != combination.expression  # values changed since
+            if last is None or ((last.is_error or stale) and len(calculator_results) < self.max_attempts):
                 request = ToolRequest(self._call_id(transcript, 0), "calculator",
                                       {"expression": combination.expression})
                 return self._emit(turn_rng, "", [request], confusion=1.0 if last_failed else 0.0)
