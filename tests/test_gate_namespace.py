@@ -182,3 +182,10 @@ def test_module_with_an_import_hook_has_unknown_submodules(proj: Path) -> None:
     (proj / "hooked.py").write_text("import sys\nsys.meta_path.append(object())\n")
     found = outcomes(Gate(proj, budget_s=BUDGET_S), "import hooked.moves")
     assert found[("importable", ("hooked.moves",))] is Outcome.UNKNOWN
+
+
+def test_reading_globals_does_not_make_the_module_dynamic(proj: Path) -> None:
+    (proj / "reader.py").write_text("if globals().get('__spec__') is not None:\n    SPEC = 1\n")
+    found = outcomes(Gate(proj, budget_s=BUDGET_S), "from reader import SPEC, OTHER")
+    assert found[("symbol_defined", ("reader", "SPEC"))] is Outcome.TRUE
+    assert found[("symbol_defined", ("reader", "OTHER"))] is Outcome.FALSE

@@ -201,6 +201,7 @@ class ModuleSymbols:
 _SYMBOLS: dict[str, tuple[int, int, ModuleSymbols]] = {}
 _SYMBOLS_LOCK = threading.Lock()
 _DYNAMIC_CALLS = {"globals", "exec", "vars", "locals"}
+_READ_ONLY_METHODS = {"get", "keys", "items", "values", "copy", "__contains__", "__getitem__"}
 
 
 def module_symbols(path: str) -> ModuleSymbols:
@@ -272,14 +273,17 @@ def _called(node: ast.Call, name: str) -> bool:
 
 def _module_level_dynamic(body: list[ast.stmt]) -> str | None:
     """exec/globals()/vars()/locals() run by the module's own top level (not inside a def or class)."""
-    stack: list[ast.AST] = list(body)
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(node, None) for node in body]
     while stack:
-        node = stack.pop()
+        node, parent = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
-            return f"calls {node.func.id}() at module level"
-        stack.extend(ast.iter_child_nodes(node))
+            # globals().get(...) and friends only read; exec, globals() handed to a call, or .update write.
+            reading = isinstance(parent, ast.Attribute) and parent.attr in _READ_ONLY_METHODS
+            if node.func.id == "exec" or not reading:
+                return f"calls {node.func.id}() at module level"
+        stack.extend((child, node) for child in ast.iter_child_nodes(node))
     return None
 
 
