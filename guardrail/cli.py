@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "overhead": ("adapters.bench:BENCH", "added time per step, guarded vs unguarded"),
     "load": ("guardrail.load_bench:BENCH", "steps/s and memory at 1/8/64 concurrent episodes"),
     "scale": ("guardrail.scale_bench:BENCH", "scoring throughput on 1/2/4 Dask workers vs local"),
+    "coding": ("traces.coding.bench:BENCH", "coding testbed: report vs intervene with the gate on a real sdist"),
 }
 
 
