@@ -108,3 +108,17 @@ REGRESSIONS = [
 def test_regression_inputs(gate: Gate, kind: str, text: str) -> None:
     field = "code" if kind == "python" else "command"
     assert gate.check({"kind": kind, field: text}).error is None
+
+
+# Found by the long campaign (GUARDRAIL_FUZZ_EXAMPLES=500): an unhashable editor command raised TypeError.
+TOOL_REGRESSIONS = [
+    ("str_replace_editor", {"command": []}),
+    ("str_replace_editor", {"command": {"a": 1}, "path": ["x"]}),
+    ("str_replace_editor", {"command": "view", "path": "/x", "view_range": [True, None]}),
+]
+
+
+@pytest.mark.parametrize(("tool", "args"), TOOL_REGRESSIONS)
+def test_tool_regression_inputs(gate: Gate, tool: str, args: dict[str, object]) -> None:
+    report = gate.check({"kind": "tool", "tool": tool, "args": args})
+    assert report.error is None and [r.predicate.name for r in report.violations] == ["tool_args_valid"]

@@ -114,7 +114,7 @@ def _editor(tool: str, args: dict[str, Any], scope: Scope) -> list[Predicate]:
     path = args.get("path")
     if command is None and isinstance(args.get("content"), str) and isinstance(path, str):
         command = "write"  # OpenHands FileEditAction(path, content): a whole-file write
-    if command not in _EDITOR_COMMANDS | {"write"}:
+    if not isinstance(command, str) or command not in _EDITOR_COMMANDS | {"write"}:
         return bad(f"command must be one of {sorted(_EDITOR_COMMANDS)}, got {command!r}")
     if not isinstance(path, str) or not path:
         return bad("path must be a non-empty string")
