@@ -121,4 +121,4 @@ TOOL_REGRESSIONS = [
 @pytest.mark.parametrize(("tool", "args"), TOOL_REGRESSIONS)
 def test_tool_regression_inputs(gate: Gate, tool: str, args: dict[str, object]) -> None:
     report = gate.check({"kind": "tool", "tool": tool, "args": args})
-    assert report.error is None and [r.predicate.name for r in report.violations] == ["tool_args_valid"]
+    assert report.error is None and "tool_args_valid" in [r.predicate.name for r in report.violations]
