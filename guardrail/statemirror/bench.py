@@ -314,7 +314,15 @@ def confirm_label(case: Case, root: Path, python: str, *, timeout_s: float = 240
     match = _POSITIVE_ERRORS.search(output) if proc.returncode != 0 or "ERROR: not found" in output else None
     if match is None and proc.returncode in (4, 5) and "not found" in output:
         match = re.search("not found", output)
+    if match is None and _pytest_broken(case, proc.returncode):
+        return None, f"rc={proc.returncode}: pytest could not run in this environment; unconfirmed, left out"
     return match is not None, (match.group(0) if match else f"rc={proc.returncode}")
+
+
+def _pytest_broken(case: Case, returncode: int) -> bool:
+    """pytest exited with an internal (3) or usage (4) error that names no missing target: the project's
+    pytest configuration does not run here, so the target's existence was never tested."""
+    return returncode in (3, 4) and "pytest" in str(case.action.get("command", ""))
 
 
 def _case_key(case: Case, python: str) -> str:
@@ -333,8 +341,8 @@ def label_cases(cases: list[Case], roots: dict[str, Path], python: str, cache: P
         except (OSError, json.JSONDecodeError):
             known = {}
     todo = [c for c in cases if c.action["kind"] in ("shell", "python")
-            and (known.get(_case_key(c, python), {}).get("label") is None  # new, or timed out last time
-                 or str(known[_case_key(c, python)].get("evidence", "")).startswith("timed out"))]
+            and str(known.get(_case_key(c, python), {"evidence": "timed out"}).get("evidence", "")).startswith(
+                "timed out")]  # new, or timed out last time
 
     def run(case: Case) -> tuple[str, bool | None, str]:
         label, evidence = confirm_label(case, roots[case.project], python)
@@ -351,6 +359,10 @@ def label_cases(cases: list[Case], roots: dict[str, Path], python: str, cache: P
         if case.action["kind"] in ("shell", "python"):
             entry = known[_case_key(case, python)]
             case.label, case.label_evidence, case.label_source = entry["label"], entry["evidence"], "execution"
+            rc = re.fullmatch(r"rc=(\d+)", str(entry["evidence"]))
+            if rc and not case.label and _pytest_broken(case, int(rc.group(1))):
+                case.label = None  # cached before this rule: same verdict as confirm_label gives now
+                case.label_evidence = f"rc={rc.group(1)}: pytest could not run in this environment; unconfirmed"
         else:
             case.label = case.intended
         disagreements += case.label is not None and case.label != case.intended
