@@ -46,6 +46,7 @@ class Recorder(Layer):
 
     def __init__(self) -> None:
         self.actions, self.results, self.steps, self.episodes = [], [], [], []
+        self.outcomes: dict[str | None, bool] = {}  # call id -> is_error, as paired by the guard
 
     def before_action(self, ctx, action):
         self.actions.append(action)
@@ -55,6 +56,7 @@ class Recorder(Layer):
 
     def after_result(self, ctx, action, result):
         self.results.append(result)
+        self.outcomes[action.call_id] = result.is_error
 
     def on_step(self, ctx, step):
         self.steps.append(step)
@@ -102,9 +104,10 @@ async def test_autogen_builtin_tracing_becomes_guard_steps_without_touching_the_
 
     await agent.run(task="read then clean up")
 
-    assert [(a.tool, a.call_id) for a in recorder.actions] == [("read_file", "c1"), ("read_file", "c2"),
-                                                                ("delete_file", "c3")]
-    assert [r.is_error for r in recorder.results] == [False, True, False]  # gone.txt raised inside the tool span
+    # AutoGen runs the two read_file calls of one model turn concurrently: their order is not fixed.
+    calls = [(a.tool, a.call_id) for a in recorder.actions]
+    assert sorted(calls[:2]) == [("read_file", "c1"), ("read_file", "c2")] and calls[2] == ("delete_file", "c3")
+    assert recorder.outcomes == {"c1": False, "c2": True, "c3": False}  # gone.txt raised inside the tool span
     assert [s.kind for s in recorder.steps] == [StepKind.TOOL_CALL] * 3
     assert len(recorder.episodes) == 1  # the agent's root invoke_agent span ended the episode
     episode_id, decision = processor.finished[0]
