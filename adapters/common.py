@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from guardrail.events import Action, Decision, Finding, Severity, Step, ToolEvent, Verdict
+from guardrail.corpus import format_tool_text
+from guardrail.events import Action, Decision, Finding, Severity, Step, Verdict
 
 __all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "action_from_call", "asafe_decision", "complete_step", "guard_failure",
            "safe_decision", "tool_text"]
@@ -72,9 +72,7 @@ async def asafe_decision(hook: str, call: Callable[[], Any]) -> Decision:
         return guard_failure(hook, exc)
 
 
-def tool_text(events: Sequence[ToolEvent]) -> str:
-    """The corpora's text for a tool step's calls: ``[name({json args}) -> result]`` (what monitors were fitted on)."""
-    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True, default=str)}) -> {e.result}]" for e in events)
+tool_text = format_tool_text  # the corpora's text for a tool step (one definition, in guardrail.corpus)
 
 
 def complete_step(step: Step, *, content: str, model_latency_s: float | None = None, task: str | None = None) -> Step:

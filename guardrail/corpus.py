@@ -34,6 +34,7 @@ __all__ = [
     "Manifest",
     "RejectedEntry",
     "iter_corpus",
+    "format_tool_text",
     "parse_tool_text",
     "read_corpus",
     "step_from_sentinel",
@@ -254,6 +255,14 @@ def _read_own_episode(root: Path, entry: EpisodeEntry, sink: list[CorpusIssue], 
 _SENTINEL_STANDARD = {"episode_id", "file", "failure_class", "tau", "T", "model", "framework"}
 _TOOL_OPEN = re.compile(r"\[([A-Za-z_][A-Za-z0-9_]*)\(")
 _DECODER = json.JSONDecoder()
+
+
+def format_tool_text(events: Iterable[ToolEvent]) -> str:
+    """A tool step's calls as the corpora write them, ``[name({json args}) -> result]`` (inverse of `parse_tool_text`).
+
+    Live adapters and the testbed give their steps this text so the monitor sees the shape it was fitted on.
+    """
+    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True, default=str)}) -> {e.result}]" for e in events)
 
 
 def parse_tool_text(text: str) -> list[ToolEvent]:

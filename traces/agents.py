@@ -16,6 +16,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from guardrail.corpus import format_tool_text
 from guardrail.events import Episode, Step, StepKind, ToolEvent
 from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
 from traces.policy import Policy
@@ -38,14 +39,9 @@ SYSTEM_PROMPT = ("You are a careful booking assistant. Call the tools for every 
                  "and finish with one line stating the total in USD.")
 
 
-def _tool_text(events: Sequence[ToolEvent]) -> str:
-    # The sentinel corpora's step text for a tool step: "[name({json args}) -> result]".
-    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True)}) -> {e.result}]" for e in events)
-
-
 def _step(index: int, content: str, events: list[ToolEvent], logprobs: list[float], model_latency: float | None,
           output_tokens: int | None, task: Task) -> Step:
-    text = " ".join(part for part in (content.strip(), _tool_text(events)) if part)
+    text = " ".join(part for part in (content.strip(), format_tool_text(events)) if part)
     tool_latency = sum(e.latency_s or 0.0 for e in events)
     return Step(
         index=index,
