@@ -43,7 +43,7 @@ _WORKSPACE_FILES = {
     "notes/meeting.md": "Decided: intervene mode by default for the demo.\n",
     "README.md": "# demo project\n",
 }
-TOUR_SEED = 25  # a testbed tour task (flights, hotels, weather, calculator) the booking_tour spec covers
+TOUR_SEED = 25  # a testbed tour task (flights, hotels, weather, calculator); its spec comes from its prompt
 MONITOR_HEALTHY_RUNS = 10  # healthy AutoGen runs the demo's monitor is fitted (6) and calibrated (4) on
 MONITOR_SEED = 7
 
@@ -143,29 +143,12 @@ def _scene_gate(scratch: Path, tracer: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- scenes 2 and 3: verifier, repair
-class GroundTruthTotal(Layer):
-    """The testbed's grader as a check: the stated total must be the task's true total (it knows the answer).
+def _task_spec(task: Any) -> Any:
+    """The verifier spec of a testbed task, built from its prompt alone (never from its ground truth)."""
+    from traces.specs import verifier_spec
+    from verifiers.spec import VerifierSpec
 
-    The repair scene uses it to drive the Repairer: the shipped ``booking_tour`` spec reads a tour's
-    hotel lines once, while the testbed's tours book two nights each, so it would flag the
-    corrected answer too (reported to the verifiers' owner).
-    """
-
-    name = "grader"
-
-    def __init__(self, expected_total: float) -> None:
-        self.expected_total = expected_total
-
-    def on_finish(self, ctx: EpisodeContext, episode: Episode) -> list[Finding]:
-        from traces.labeller import stated_total
-
-        stated = stated_total(episode.answer or "")
-        if stated is not None and abs(stated - self.expected_total) < 0.5:
-            return []
-        return [Finding(layer=self.name, check="total_consistency", blocking=True, severity=Severity.WARNING,
-                        message=f"stated total {stated} is not the true total {self.expected_total:g}",
-                        evidence={"stated": stated, "expected": self.expected_total},
-                        step=len(episode.steps) - 1)]
+    return VerifierSpec.model_validate(verifier_spec(task.prompt))
 
 
 def _tour_agent(scratch: Path, name: str, middleware: Any = ()) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -191,10 +174,10 @@ def _scene_verifier(scratch: Path, tracer: Any) -> dict[str, Any]:
 
     from adapters.langchain import GuardMiddleware
     from guardrail.guard import Guard
+    from traces.tasks import make_task
     from verifiers import VerifierLayer
-    from verifiers.spec import load_spec
 
-    guard = Guard([VerifierLayer(load_spec("booking_tour"))], mode="report", tracer=tracer)
+    guard = Guard([VerifierLayer(_task_spec(make_task(TOUR_SEED)))], mode="report", tracer=tracer)
     graph, task, _, config = _tour_agent(scratch, "verifier", middleware=[GuardMiddleware(guard)])
     with tracer.start_as_current_span("invoke_agent demo-verifier", attributes={"gen_ai.operation.name": "invoke_agent"}):
         final = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
@@ -208,9 +191,10 @@ def _scene_repair(scratch: Path, tracer: Any) -> dict[str, Any]:
 
     from guardrail.guard import Guard
     from repair import CircuitBreaker, Repairer
+    from verifiers import VerifierLayer
 
     graph, task, policy, config = _tour_agent(scratch, "repair")
-    guard = Guard([GroundTruthTotal(task.expected_total)], mode="intervene", tracer=tracer)
+    guard = Guard([VerifierLayer(_task_spec(task))], mode="intervene", tracer=tracer)
     repairer = Repairer(guard, breaker=CircuitBreaker(step_budget=4 * policy.max_steps), tracer=tracer)
     outcome = repairer.run_langgraph(graph, {"messages": [HumanMessage(task.prompt)]}, config, task=task.prompt,
                                      tools=task.tools)
@@ -314,7 +298,7 @@ def _report(out: Path, monitor: Any, healthy: list[Episode], monitored: Episode,
                                                    "target_step", "fork_checkpoint", "extra_model_calls")}],
                           ["outcome", "original_answer", "answer", "expected_total", "rung", "target_step",
                            "fork_checkpoint", "extra_model_calls"])
-    sections = [("Verifier catch (LangGraph testbed agent, booking_tour spec)", catch_table),
+    sections = [("Verifier catch (LangGraph testbed agent, the task's spec)", catch_table),
                 ("Rollback repair (LangGraph, SQLite checkpointer)", repair_table)]
     return write_report(data, out / "report", extra_sections=sections)
 
