@@ -10,8 +10,10 @@ discordant pairs), read against a Bonferroni level of 0.05 / (number of rungs te
 With the scripted testbed model the *mechanism* is what is measured: forks start at the chosen
 checkpoint, re-run live, and leave the original branch untouched (checked on every episode).
 The *effect sizes* are the scripted policy's: it slips with a seeded draw (repeat r re-draws
-with seed + r, standing in for sampling temperature) and turns careful whenever any user hint
-arrives, so every hint rung recovers the same slips by construction. Effects need a real
+with seed + r, standing in for sampling temperature) and, run with ``hint_response="relevant"``,
+turns careful only when a hint names its slip's kind (a generic hint helps less, by construction).
+Episodes are flagged by the shipped verifiers with each task's own spec (built from its prompt);
+the oracle only adds the wrong answers the checks miss. Effects need a real
 model: ``--endpoint URL --model NAME`` runs the same benchmark against an OpenAI-compatible
 server (needs ``pip install langchain-openai``; the key is read from ``OPENAI_API_KEY``).
 """
@@ -47,8 +49,8 @@ MECHANISM_NOTE = (
 )
 SCRIPTED_NOTE = (
     "model-dependent figures (recovered, broken, recovery_rate, p_vs_resample) come from the scripted testbed "
-    "policy, which turns careful whenever a user hint arrives: they check the plumbing, not whether a hint helps "
-    "a real model. Run with --endpoint for that."
+    "policy, which turns careful when a hint names its slip's kind (and less often for a generic hint), by "
+    "construction: they check the plumbing, not whether a hint helps a real model. Run with --endpoint for that."
 )
 
 
@@ -133,12 +135,13 @@ def _run_original(index: int, args: argparse.Namespace, db: Any, checkpointer: A
     from traces.policy import Policy
     from traces.tasks import make_task
     from traces.tools import booking_tools
-    from verifiers import pick_spec, verify_episode
+    from verifiers import verify_episode
 
     seed = args.seed * 100_003 + index
     task = make_task(seed, db=db)
     slip = SLIPS[index % 4] if index % 4 < 3 else None  # three of four episodes may slip, one is left alone
-    policy = Policy(seed=seed, **({slip: args.slip_rate} if slip else {}))
+    # "relevant": only a hint that names the slip's kind makes the scripted policy careful, so the rungs can differ.
+    policy = Policy(seed=seed, hint_response="relevant", **({slip: args.slip_rate} if slip else {}))
     model = _make_model(args, policy)
     graph = build_langgraph_agent(task, policy, toolbox=booking_tools(db), checkpointer=checkpointer, model=model)
     config = {"configurable": {"thread_id": f"repair-bench-{index}"}, "recursion_limit": 4 * policy.max_steps + 10}
@@ -146,8 +149,7 @@ def _run_original(index: int, args: argparse.Namespace, db: Any, checkpointer: A
     episode = episode_from_langchain(state["messages"], task, policy)
     grade = grade_episode(episode, task)
     correct = grade.label == "healthy"
-    spec = pick_spec(task.tools, [task.prompt])
-    flags = [f for f in verify_episode(episode, spec).findings if is_flag(f)]
+    flags = [f for f in verify_episode(episode, task_spec(task)).findings if is_flag(f)]
     selected_by = "checks" if flags else ""
     if not flags and not correct:
         # The shipped checks do not cover every testbed task: the oracle picks the run, and the finding it
@@ -158,6 +160,14 @@ def _run_original(index: int, args: argparse.Namespace, db: Any, checkpointer: A
     head = graph.get_state(config).config
     return _Episode(index, task, policy, graph, model, config, head, correct, flags, selected_by,
                     _fingerprint(graph, head))
+
+
+def task_spec(task: Any) -> Any:
+    """The verifier spec a testbed task admits, built from its prompt alone (never its ground truth)."""
+    from traces.specs import verifier_spec
+    from verifiers.spec import VerifierSpec
+
+    return VerifierSpec.model_validate(verifier_spec(task.prompt))
 
 
 def _reseed(episode: _Episode, repeat: int) -> None:
@@ -186,7 +196,7 @@ def _repair_once(episode: _Episode, rung: Rung, guard: Guard) -> tuple[bool, int
 def run_bench(args: argparse.Namespace) -> tuple[list[RungRow], dict[str, Any]]:
     """Run the benchmark; the rows (one per rung, resample first) and a summary of the population."""
     from traces.tools import BookingDB
-    from verifiers import VerifierLayer, pick_spec
+    from verifiers import VerifierLayer
 
     rungs: list[Rung] = ["resample", *[r for r in args.rungs if r != "resample"]]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="guardrail-repair-bench-"))
@@ -199,7 +209,7 @@ def run_bench(args: argparse.Namespace) -> tuple[list[RungRow], dict[str, Any]]:
     jobs = [(e, r, k) for e in selected for r in rungs for k in range(args.repeats)]
     for episode, rung, repeat in progress(jobs, desc="repairs", enabled=not args.quiet):
         _reseed(episode, repeat)
-        guard = Guard([VerifierLayer(pick_spec(episode.task.tools, [episode.task.prompt]))], mode="intervene")
+        guard = Guard([VerifierLayer(task_spec(episode.task))], mode="intervene")
         after, calls = _repair_once(episode, rung, guard)
         outcomes[rung].append((episode.correct, after, calls))
         _reseed(episode, 0)
