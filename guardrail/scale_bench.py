@@ -134,12 +134,16 @@ def ensure_corpus(cache_dir: Path, *, episodes: int, shard_size: int, seed: int,
 
 def fit_model(root: Path) -> Path:
     """Fit the default monitor on the fit shards' healthy episodes (train/validation halves) and save it once."""
-    from monitors.model_file import save_monitor
+    from monitors.model_file import ModelFileError, load_monitor, save_monitor
     from monitors.monitor import StepMonitor
 
     model_path = root / "model.npz"
     if model_path.is_file():
-        return model_path
+        try:
+            load_monitor(model_path)
+            return model_path
+        except ModelFileError as exc:  # written by another guardrail version: refit, the corpus is still good
+            sys.stderr.write(f"refitting the cached model: {exc}\n")
     healthy = [e for fw in FRAMEWORKS for e in read_corpus(root / f"{FIT_SHARD}-{fw}").healthy() if e.steps]
     train, val = healthy[0::2], healthy[1::2]
     monitor = StepMonitor().fit(train).calibrate(val)
