@@ -2,7 +2,8 @@
 
 For each framework (LangGraph ``create_agent`` with `GuardMiddleware`, AutoGen ``AssistantAgent`` with
 `AutoGenGuard`, and ``guard``: the Guard's hooks alone on a replayed run, to separate the guard's
-own cost from the framework's cost of hosting a middleware) and each configuration (``gate`` alone; ``all``: gate, step monitor and verifiers),
+own cost from the framework's cost of hosting a middleware) and each configuration (``none``: the adapters
+with an empty Guard, the cost of hosting the hooks; ``gate`` alone; ``all``: gate, step monitor and verifiers),
 the same seeded task runs unguarded and guarded in alternation, with the guard's spans exported to
 memory. Each pair gives one figure, (guarded - unguarded) / steps; the benchmark reports the median
 and 95th percentile over pairs. Alternating pairs cancels slow drift of a shared machine; the
@@ -28,7 +29,8 @@ from guardrail.cliutil import Command, emit_json, print_table, progress
 __all__ = ["BENCH", "measure_overhead"]
 
 FRAMEWORKS = ("langgraph", "autogen", "guard")  # "guard": the Guard alone, replaying a recorded run (no framework)
-CONFIGURATIONS = ("gate", "all")
+# "none": the adapters with an empty Guard (no layer): what hosting the hooks costs in each framework.
+CONFIGURATIONS = ("none", "gate", "all")
 TASK_SEED = 3
 
 
@@ -51,7 +53,7 @@ def _guard(configuration: str, workspace: Path, tools: dict[str, Any], monitor: 
     provider = TracerProvider()
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    layers: list[Any] = [GateLayer(workspace, tools=tools)]
+    layers: list[Any] = [] if configuration == "none" else [GateLayer(workspace, tools=tools)]
     if configuration == "all":
         from monitors.layer import MonitorLayer
         from verifiers import VerifierLayer
