@@ -284,11 +284,7 @@ class Guard:
                 except Exception as exc:  # fail-open: a broken layer never breaks the agent
                     error = exc
                     findings = [self._internal_error(layer, hook, exc, ctx)]
-            score = ctx.pop_score(layer)
-            if score is not None:
-                scores.append(score)
-            self._finish_span(span, hook, findings, score, error)
-            collected.extend(findings)
+            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
         return self._conclude(hook, ctx, collected, scores)
 
     async def _run_async(self, hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...], *,
@@ -304,12 +300,17 @@ class Guard:
                 except Exception as exc:  # fail-open, as in the sync path
                     error = exc
                     findings = [self._internal_error(layer, hook, exc, ctx)]
-            score = ctx.pop_score(layer)
-            if score is not None:
-                scores.append(score)
-            self._finish_span(span, hook, findings, score, error)
-            collected.extend(findings)
+            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
         return self._conclude(hook, ctx, collected, scores)
+
+    def _settle(self, hook: Hook, layer: Layer, ctx: EpisodeContext, span: Span, findings: list[Finding],
+                error: BaseException | None, collected: list[Finding], scores: list[float]) -> None:
+        """After one layer's hook: take its score, close its span, add its findings."""
+        score = ctx.pop_score(layer)
+        if score is not None:
+            scores.append(score)
+        self._finish_span(span, hook, findings, score, error)
+        collected.extend(findings)
 
     def _conclude(self, hook: Hook, ctx: EpisodeContext, findings: list[Finding],
                   scores: list[float]) -> Decision:
