@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ __all__ = [
     "format_tool_text",
     "parse_tool_text",
     "read_corpus",
+    "read_episodes",
     "step_from_sentinel",
     "write_corpus",
 ]
@@ -173,14 +174,20 @@ def iter_corpus(
     issues: list[CorpusIssue] | None = None,
     verify: bool = True,
     rejected: list[RejectedEntry] | None = None,
+    only: Collection[str] | None = None,
     _manifest: Any = None,
 ) -> Iterator[Episode]:
-    """Yield a corpus's episodes one at a time (constant memory over a large corpus)."""
+    """Yield a corpus's episodes one at a time (constant memory over a large corpus).
+
+    With `only`, just those episode ids are read (the other files are never opened).
+    """
     root = Path(path)
     raw = _manifest if _manifest is not None else _load_manifest(root)
     sink = issues if issues is not None else []
     if isinstance(raw, list):
         for position, entry in enumerate(raw):
+            if only is not None and not (isinstance(entry, dict) and entry.get("episode_id") in only):
+                continue
             episode = _read_sentinel_episode(root, entry, position, sink, verify)
             if episode is not None:
                 yield episode
@@ -192,9 +199,20 @@ def iter_corpus(
     if rejected is not None:
         rejected.extend(manifest.rejected)
     for entry in manifest.episodes:
+        if only is not None and entry.episode_id not in only:
+            continue
         episode = _read_own_episode(root, entry, sink, verify)
         if episode is not None:
             yield episode
+
+
+def read_episodes(path: str | os.PathLike[str], ids: Iterable[str], *,
+                  issues: list[CorpusIssue] | None = None, verify: bool = True) -> list[Episode]:
+    """The listed episodes of a corpus, in the order given (unknown ids are left out): one shard's worth
+    of reading, so batch work over many shards reads each episode file once."""
+    wanted = list(ids)
+    found = {e.episode_id: e for e in iter_corpus(path, issues=issues, verify=verify, only=set(wanted))}
+    return [found[i] for i in wanted if i in found]
 
 
 def _short(exc: ValidationError) -> str:

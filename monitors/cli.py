@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from guardrail.cliutil import Command, emit_json, print_table, progress
-from guardrail.corpus import CorpusError, iter_corpus
+from guardrail.corpus import CorpusError, iter_corpus, read_episodes
 from guardrail.engine import add_engine_arguments, engine_from_args
 from guardrail.events import Episode
 from monitors.calibration import alarm_threshold
@@ -32,9 +32,7 @@ SHARD_SIZE = 32
 
 
 def _episodes(corpus: str, ids: Sequence[str]) -> list[Episode]:
-    wanted = set(ids)
-    found = {e.episode_id: e for e in iter_corpus(corpus) if e.episode_id in wanted}
-    return [found[i] for i in ids if i in found]
+    return read_episodes(corpus, ids)
 
 
 def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, int]:

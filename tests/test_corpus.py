@@ -144,3 +144,22 @@ def test_sentinel_steps_keep_their_telemetry(sentinel_dir: Path):
     assert organic.meta["expected_total"] == 2415
     assert organic.steps[0].tool_events[0].name == "lookup_flight"
     assert organic.steps[0].meta["tool_events_from_text"] is True
+
+
+def test_reading_a_shard_opens_only_its_episode_files(tmp_path: Path):
+    write_corpus(tmp_path, [make_episode(f"ep-{i}") for i in range(4)])
+    (tmp_path / "ep-0.jsonl").write_text("corrupt\n")  # never opened: not in the shard
+    from guardrail.corpus import read_episodes
+
+    issues: list = []
+    shard = read_episodes(tmp_path, ["ep-3", "ep-1", "missing"], issues=issues)
+    assert [e.episode_id for e in shard] == ["ep-3", "ep-1"]
+    assert issues == []
+
+
+def test_reading_a_sentinel_shard_keeps_the_order_given(sentinel_dir: Path):
+    from guardrail.corpus import read_episodes
+
+    shard = read_episodes(sentinel_dir / "autogen7b", ["autogen-healthy-003", "autogen-looping-000"])
+    assert [e.episode_id for e in shard] == ["autogen-healthy-003", "autogen-looping-000"]
+    assert shard[1].label == "looping"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrail.cliutil import Command, emit_json, print_table
-from guardrail.corpus import CorpusError, iter_corpus, read_corpus
+from guardrail.corpus import CorpusError, read_corpus, read_episodes
 from guardrail.engine import add_engine_arguments, engine_from_args
 from guardrail.events import Episode
 from verifiers.offline import verify_episode
@@ -41,13 +41,7 @@ def shards_for(corpus: str, episode_ids: list[str], spec: str, size: int = SHARD
 def verify_shard(shard: dict[str, Any]) -> list[dict[str, Any]]:
     """Verify one shard's episodes (top-level and JSON in, JSON out, so any engine can run it)."""
     spec = load_spec(shard["spec"])
-    wanted = set(shard["episode_ids"])
-    records = []
-    for episode in iter_corpus(shard["corpus"]):
-        if episode.episode_id in wanted:
-            records.append(verify_episode(episode, spec).to_json())
-    order = {eid: i for i, eid in enumerate(shard["episode_ids"])}
-    return sorted(records, key=lambda r: order[r["episode_id"]])
+    return [verify_episode(episode, spec).to_json() for episode in read_episodes(shard["corpus"], shard["episode_ids"])]
 
 
 def _add(parser: argparse.ArgumentParser) -> None:
