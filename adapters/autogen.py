@@ -21,7 +21,6 @@ next event starts the next one. Use one `AutoGenGuard` per concurrent run.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, 
 from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult
 
 from adapters.common import action_from_call, asafe_decision, complete_step, log
-from guardrail.events import Decision, Result, Step, StepKind, ToolEvent, Verdict
+from guardrail.events import Decision, Result, Step, StepKind, ToolEvent, Verdict, parse_call_arguments
 from guardrail.guard import Guard
 from guardrail.layer import EpisodeContext
 
@@ -53,10 +52,7 @@ def step_from_create_result(index: int, created: CreateResult, *, agent: str | N
     calls = created.content if isinstance(created.content, list) else []
     events = []
     for call in calls:
-        try:
-            args: Any = json.loads(call.arguments) if call.arguments else {}
-        except json.JSONDecodeError:
-            args = call.arguments  # kept as the model wrote it
+        args = parse_call_arguments(call.arguments)  # kept as the model wrote it unless a JSON object
         events.append(ToolEvent(id=call.id, name=call.name, args=args))
     text = created.content if isinstance(created.content, str) else (created.thought or "")
     logprobs = [float(lp.logprob) for lp in (created.logprobs or [])]

@@ -20,6 +20,7 @@ __all__ = [
     "StepKind",
     "ToolEvent",
     "Verdict",
+    "parse_call_arguments",
     "HEALTHY",
 ]
 
@@ -91,6 +92,20 @@ class Action(_Model):
         if self.kind is ActionKind.TOOL:
             return f"{self.tool}({json.dumps(self.args, sort_keys=True, default=str)[:200]})"
         return (self.command or self.code or "")[:200]
+
+
+def parse_call_arguments(raw: str | None) -> dict[str, Any] | str:
+    """A model's tool-call argument text as a dict when it is a JSON object; otherwise the text as emitted.
+
+    Nothing the model wrote is lost: junk, ``null`` or a JSON list stay the raw string, for a check to report.
+    """
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except (json.JSONDecodeError, TypeError, ValueError):
+        return raw
+    return parsed if isinstance(parsed, dict) else raw
 
 
 class Result(_Model):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrail.events import Step, StepKind, ToolEvent
+from guardrail.events import Step, StepKind, ToolEvent, parse_call_arguments
 
 __all__ = [
     "AutoGenRun",
@@ -103,10 +103,7 @@ def steps_from_autogen_context(messages: Sequence[Any]) -> list[Step]:
         events = []
         if isinstance(message.content, list):
             for call in message.content:
-                try:
-                    args: Any = json.loads(call.arguments)
-                except (json.JSONDecodeError, TypeError):
-                    args = call.arguments  # kept as the model emitted it
+                args = parse_call_arguments(call.arguments)  # kept as the model emitted it unless an object
                 answer = results.get(call.id)
                 output = None if answer is None else str(answer.content)
                 events.append(ToolEvent(

@@ -53,3 +53,12 @@ def test_episode_answer_is_the_last_final_step():
 def test_describe_keeps_messages_short():
     assert len(Action.shell("echo " + "x" * 10_000).describe()) == 200
     assert Action.tool_call("f", {"b": 1, "a": 2}).describe() == 'f({"a": 2, "b": 1})'
+
+
+def test_model_argument_text_becomes_a_dict_only_when_it_is_a_json_object():
+    from guardrail.events import parse_call_arguments
+
+    assert parse_call_arguments('{"city": "Oslo"}') == {"city": "Oslo"}
+    assert parse_call_arguments("") == {} and parse_call_arguments(None) == {}
+    for raw in ("null", "[1, 2]", "42", '{"city": "Oslo"', "\ud800"):
+        assert parse_call_arguments(raw) == raw  # kept exactly as the model emitted it

@@ -9,7 +9,6 @@ LangChain ``AIMessage``/``ToolMessage`` or AutoGen ``ToolCallExecutionEvent``s.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from guardrail.corpus import format_tool_text
-from guardrail.events import Episode, Step, StepKind, ToolEvent
+from guardrail.events import Episode, Step, StepKind, ToolEvent, parse_call_arguments
 from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
 from traces.policy import Policy
 from traces.tasks import Task
@@ -184,10 +183,7 @@ def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletion
         content = result.content if isinstance(result.content, str) else (result.thought or "")
         if isinstance(result.content, list):
             for call in result.content:
-                try:
-                    args = json.loads(call.arguments or "{}")
-                except json.JSONDecodeError:
-                    args = call.arguments
+                args = parse_call_arguments(call.arguments)
                 answer = executed.get(call.id)
                 output = None if answer is None else answer.content
                 events.append(ToolEvent(id=call.id, name=call.name, args=args, result=output,
@@ -219,10 +215,7 @@ def _episode_from_autogen_messages(messages: Sequence[Any], task: Task, policy: 
         elif isinstance(message, ToolCallRequestEvent):
             events = []
             for call in message.content:
-                try:
-                    args = json.loads(call.arguments or "{}")
-                except json.JSONDecodeError:
-                    args = call.arguments
+                args = parse_call_arguments(call.arguments)
                 answer = executed.get(call.id)
                 output = None if answer is None else answer.content
                 events.append(ToolEvent(id=call.id, name=call.name, args=args, result=output,
