@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -41,7 +42,7 @@ DISTRACTOR_DOCS = ("sourdough", "worldcup", "bookkeeping", "photosynthesis", "vo
 
 
 @dataclass
-class Injector:
+class Injector(ABC):
     """Base injector: decides which calls to alter; subclasses say how (`alter`)."""
 
     onset: int  # ordinal of the first tool call that may be altered
@@ -62,8 +63,9 @@ class Injector:
             self.applied.append(ordinal)
         return outcome
 
+    @abstractmethod
     def alter(self, ordinal: int, name: str, args: dict[str, Any], run: Callable[[], ToolOutcome]) -> ToolOutcome:
-        raise NotImplementedError
+        """Run or replace the call at `ordinal`; the outcome says whether it was altered."""
 
     def describe(self) -> dict[str, Any]:
         return {"class": self.failure_class, "onset_call": self.onset, "duration": self.duration,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,21 +121,21 @@ def weather_call(city: str) -> PlannedCall:
     return PlannedCall.of("get_weather", f"weather:{city}", "weather", city=city)
 
 
-class Goal:
+class Goal(ABC):
     """What a task asks for. Subclasses are frozen dataclasses with a prompt template and a parser."""
 
     kind: str = ""
     tools: tuple[str, ...] = ()
 
-    def text(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def text(self) -> str: ...
 
-    def calls(self) -> list[PlannedCall]:
-        raise NotImplementedError
+    @abstractmethod
+    def calls(self) -> list[PlannedCall]: ...
 
+    @abstractmethod
     def combine(self, values: Mapping[str, float | str | None]) -> Combination:
         """The answer from the values read so far (a missing value counts as absent, not as a guess)."""
-        raise NotImplementedError
 
     def required_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -23,6 +23,7 @@ import random
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ class ManualClock:
             self.now += seconds
 
 
-class _Churn(threading.Thread):
+class _Churn(threading.Thread, ABC):
     """A background thread that changes shared state on a timer, or once per `trigger()`."""
 
     def __init__(self, name: str, interval_s: float | None) -> None:
@@ -105,8 +106,9 @@ class _Churn(threading.Thread):
     def setup(self) -> None:
         """Open what the thread needs (in the thread: SQLite connections belong to one)."""
 
+    @abstractmethod
     def change(self) -> None:
-        raise NotImplementedError
+        """Make one change to the shared state (subclasses say which)."""
 
     def teardown(self) -> None:
         """Close what `setup` opened."""
