@@ -373,11 +373,7 @@ class Repairer:
         checkpoints = LangGraphCheckpoints(graph, config, messages_key=messages_key)
         original_steps = checkpoints.steps()
         episode_id = checkpoints.thread_config["configurable"]["thread_id"]
-        if breaker_run is None and self.breaker is not None:
-            breaker_run = self.breaker.new_run()
-        repairer = self if rung is None else self._with_rung(rung)
-        session = _Session(repairer, str(episode_id), [f for f in findings if is_flag(f)] or list(findings),
-                           original_steps, breaker_run, tools)
+        session = self._open_session(str(episode_id), findings, original_steps, breaker_run, tools, rung)
         while (hint := session.next_hint()) is not None:
             span = session.start_span(hint)
             attempt = RepairAttempt(attempt=len(session.attempts), rung=hint.rung, hint=hint.text,
@@ -391,7 +387,7 @@ class Repairer:
                     attempt.fork_config = fork_config
                     ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
                                             task, "langgraph", tools)
-                    watch = _Watch(self.guard, ctx, breaker_run, count_from=session.target,
+                    watch = _Watch(self.guard, ctx, session.breaker_run, count_from=session.target,
                                    stop_on_flag=self.intervening)
                     thread = checkpoints.thread_config
                     watch.feed(steps_from_messages(checkpoints.messages(fork_config)))  # the reused prefix
@@ -434,6 +430,15 @@ class Repairer:
         state = graph.get_state(thread)
         return steps_from_messages(state.values.get(messages_key, []))
 
+    def _open_session(self, episode_id: str, findings: Sequence[Finding], original_steps: list[Step],
+                      breaker_run: BreakerRun | None, tools: Collection[str], rung: Rung | None) -> _Session:
+        """The repair ladder for one flagged run (a fresh breaker run when the caller brought none)."""
+        if breaker_run is None and self.breaker is not None:
+            breaker_run = self.breaker.new_run()
+        repairer = self if rung is None else self._with_rung(rung)
+        return _Session(repairer, episode_id, [f for f in findings if is_flag(f)] or list(findings),
+                        original_steps, breaker_run, tools)
+
     def _with_rung(self, rung: Rung) -> Repairer:
         clone = Repairer(self.guard, rung=rung, breaker=self.breaker, max_attempts=self.max_attempts,
                          on_escalate=self.on_escalate, fact_tools=self.fact_tools, calculator=self.calculator,
@@ -467,11 +472,7 @@ class Repairer:
         """Repair a flagged AutoGen run: ``load_state`` the state before the target step and run onward."""
         episode_id = episode_id or f"{log.agent.name}:{uuid.uuid4().hex[:8]}"
         original_steps = run.steps()
-        if breaker_run is None and self.breaker is not None:
-            breaker_run = self.breaker.new_run()
-        repairer = self if rung is None else self._with_rung(rung)
-        session = _Session(repairer, episode_id, [f for f in findings if is_flag(f)] or list(findings),
-                           original_steps, breaker_run, tools)
+        session = self._open_session(episode_id, findings, original_steps, breaker_run, tools, rung)
         delivered: AutoGenRun = run
         while (hint := session.next_hint()) is not None:
             span = session.start_span(hint)
@@ -482,7 +483,7 @@ class Repairer:
                 with trace.use_span(span, end_on_exit=False):
                     ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
                                             run.task, "autogen", tools)
-                    watch = _Watch(self.guard, ctx, breaker_run, count_from=session.target,
+                    watch = _Watch(self.guard, ctx, session.breaker_run, count_from=session.target,
                                    stop_on_flag=self.intervening)
                     watch.feed(original_steps[: session.target])  # the reused prefix
                     forked = await log.fork(run, session.target, to_autogen_message(hint),
