@@ -18,6 +18,7 @@ from adapters.autogen import AutoGenGuard, GuardedWorkbench
 from guardrail.events import Finding, Severity, StepKind
 from guardrail.guard import Guard
 from guardrail.layer import Layer
+from tests.layers import MissingFileGate, Recorder
 
 MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
               "structured_output": False}
@@ -31,31 +32,6 @@ def calls(*pairs: tuple[str, str, str]) -> CreateResult:
 
 def replay(*turns) -> ReplayChatCompletionClient:
     return ReplayChatCompletionClient(list(turns), model_info=MODEL_INFO)
-
-
-class MissingFileGate(Layer):
-    name = "gate"
-
-    def before_action(self, ctx, action):
-        path = action.args.get("path")
-        if action.tool == "read_file" and path and not Path(path).exists():
-            return [Finding(layer=self.name, check="file_exists", message=f"{path} does not exist",
-                            hint="read notes.txt instead", blocking=True)]
-        return None
-
-
-class Recorder(Layer):
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.steps = []
-        self.episodes = []
-
-    def on_step(self, ctx, step):
-        self.steps.append(step)
-
-    def on_finish(self, ctx, episode):
-        self.episodes.append(episode)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from adapters.langchain import GuardMiddleware
 from guardrail.events import Finding, Severity, StepKind
 from guardrail.guard import Guard
 from guardrail.layer import Layer
+from tests.layers import MissingFileGate, Recorder
 
 
 class ScriptedChatModel(GenericFakeChatModel):
@@ -39,33 +40,6 @@ def scripted(*turns: AIMessage) -> ScriptedChatModel:
 
 def call(name: str, call_id: str, **args: Any) -> AIMessage:
     return AIMessage(content=f"calling {name}", tool_calls=[{"name": name, "args": args, "id": call_id}])
-
-
-class MissingFileGate(Layer):
-    """Blocks read_file on a path that does not exist (a real check on real files)."""
-
-    name = "gate"
-
-    def before_action(self, ctx, action):
-        path = action.args.get("path")
-        if action.tool == "read_file" and path and not Path(path).exists():
-            return [Finding(layer=self.name, check="file_exists", message=f"{path} does not exist",
-                            hint="read notes.txt instead", blocking=True)]
-        return None
-
-
-class StepRecorder(Layer):
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.steps = []
-        self.finished = []
-
-    def on_step(self, ctx, step):
-        self.steps.append(step)
-
-    def on_finish(self, ctx, episode):
-        self.finished.append(episode)
 
 
 @pytest.fixture
@@ -128,7 +102,7 @@ def test_report_mode_lets_the_call_run_and_records_the_finding(workspace, tools)
 
 def test_steps_reach_on_step_in_order_with_their_tool_results_and_logprobs(workspace, tools):
     tool_list, _ = tools
-    recorder = StepRecorder()
+    recorder = Recorder()
     first = call("read_file", "c1", path=str(workspace / "notes.txt"))
     first.response_metadata = {"logprobs": {"content": [{"token": "a", "logprob": -0.5},
                                                         {"token": "b", "logprob": -1.25}]}}
@@ -143,8 +117,8 @@ def test_steps_reach_on_step_in_order_with_their_tool_results_and_logprobs(works
     assert (event.name, event.id, event.result) == ("read_file", "c1", "the meeting is at noon")
     assert recorder.steps[0].token_logprobs == [-0.5, -1.25]
     assert recorder.steps[1].text == "noon"
-    assert recorder.finished[0].task == "what does the note say?"
-    assert recorder.finished[0].answer == "noon"
+    assert recorder.episodes[0].task == "what does the note say?"
+    assert recorder.episodes[0].answer == "noon"
 
 
 def test_a_layer_that_raises_never_crashes_the_agent(workspace, tools):
@@ -239,7 +213,7 @@ def test_a_result_check_that_blocks_marks_the_tool_message_as_error(workspace, t
 
 async def test_async_agent_is_gated_the_same_way(workspace, tools):
     tool_list, executed = tools
-    recorder = StepRecorder()
+    recorder = Recorder()
     model = scripted(call("read_file", "c1", path=str(workspace / "nope.txt")), AIMessage(content="none"))
     agent = create_agent(model, tool_list,
                          middleware=[GuardMiddleware(Guard([MissingFileGate(), recorder], mode="intervene"))])
@@ -254,7 +228,7 @@ async def test_async_agent_is_gated_the_same_way(workspace, tools):
 
 def test_two_runs_on_one_thread_are_two_episodes(workspace, tools):
     tool_list, _ = tools
-    recorder = StepRecorder()
+    recorder = Recorder()
     model = scripted(AIMessage(content="first"), AIMessage(content="second"))
     agent = create_agent(model, tool_list, middleware=[GuardMiddleware(Guard([recorder]))],
                          checkpointer=InMemorySaver())
@@ -262,8 +236,8 @@ def test_two_runs_on_one_thread_are_two_episodes(workspace, tools):
     run(agent, "one")
     run(agent, "two")
 
-    assert [e.task for e in recorder.finished] == ["one", "two"]
-    assert [[s.text for s in e.steps] for e in recorder.finished] == [["first"], ["second"]]
+    assert [e.task for e in recorder.episodes] == ["one", "two"]
+    assert [[s.text for s in e.steps] for e in recorder.episodes] == [["first"], ["second"]]
 
 
 class GraphState(TypedDict):
@@ -272,7 +246,7 @@ class GraphState(TypedDict):
 
 def test_hand_built_state_graph_with_guarded_tool_node(workspace, tools):
     tool_list, executed = tools
-    recorder = StepRecorder()
+    recorder = Recorder()
     middleware = GuardMiddleware(Guard([MissingFileGate(), recorder], mode="intervene"))
     model = scripted(call("read_file", "c1", path=str(workspace / "missing.txt")),
                      call("read_file", "c2", path=str(workspace / "notes.txt")), AIMessage(content="noon"))
@@ -300,16 +274,16 @@ def test_hand_built_state_graph_with_guarded_tool_node(workspace, tools):
     replies = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert replies[0].status == "error" and "missing.txt does not exist" in replies[0].content
     assert executed == [str(workspace / "notes.txt")]
-    assert len(recorder.finished) == 1
-    assert [s.kind for s in recorder.finished[0].steps] == [StepKind.TOOL_CALL, StepKind.TOOL_CALL, StepKind.FINAL]
-    assert recorder.finished[0].steps[0].tool_events[0].is_error
+    assert len(recorder.episodes) == 1
+    assert [s.kind for s in recorder.episodes[0].steps] == [StepKind.TOOL_CALL, StepKind.TOOL_CALL, StepKind.FINAL]
+    assert recorder.episodes[0].steps[0].tool_events[0].is_error
 
 
 def test_one_middleware_serves_concurrent_runs_as_separate_episodes(workspace, tools):
     from concurrent.futures import ThreadPoolExecutor
 
     tool_list, _ = tools
-    recorder = StepRecorder()
+    recorder = Recorder()
     middleware = GuardMiddleware(Guard([recorder]))
 
     def one(n: int) -> str:
@@ -321,7 +295,7 @@ def test_one_middleware_serves_concurrent_runs_as_separate_episodes(workspace, t
         episode_ids = list(pool.map(one, range(6)))
 
     assert len(set(episode_ids)) == 6
-    by_task = {e.task: e for e in recorder.finished}
+    by_task = {e.task: e for e in recorder.episodes}
     assert sorted(by_task) == [f"task {n}" for n in range(6)]
     for n in range(6):
         assert [s.kind for s in by_task[f"task {n}"].steps] == [StepKind.TOOL_CALL, StepKind.FINAL]

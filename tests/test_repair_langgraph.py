@@ -18,12 +18,13 @@ from langchain_core.messages import HumanMessage
 from guardrail import Finding, Guard, Layer, Severity
 from repair import CircuitBreaker, Repairer, sqlite_checkpointer
 from repair.checkpoints import LangGraphCheckpoints
+from tests.layers import AnswerCheck
 from traces.agents import build_langgraph_agent
 from traces.injectors import ContextCorruption, Looping, make_injector
 from traces.labeller import stated_total
 from traces.models import ScriptedChatModel
 from traces.policy import Policy
-from traces.tasks import Task, make_task
+from traces.tasks import make_task
 from traces.tools import BookingDB, booking_tools
 from verifiers import VerifierLayer, pick_spec
 
@@ -31,21 +32,6 @@ CATALOG_SEED = 1  # a catalog task: three search_catalog calls, then the answer
 TOUR_SEED = 8  # a tour task, whose tools the shipped booking spec (with tool contracts) covers
 
 
-class AnswerCheck(Layer):
-    """Test check: the stated total must be the task's true total (the deployable checks do not cover this task)."""
-
-    name = "verify"
-
-    def __init__(self, task: Task) -> None:
-        self.task = task
-
-    def on_finish(self, ctx: Any, episode: Any) -> list[Finding]:
-        stated = stated_total(episode.answer or "")
-        if stated is None or abs(stated - self.task.expected_total) < 0.5:
-            return []
-        return [Finding(layer=self.name, check="total_consistency", message=f"stated {stated}",
-                        evidence={"expected": self.task.expected_total, "stated": stated}, blocking=True,
-                        step=len(episode.steps) - 1)]
 
 
 class Booking:
