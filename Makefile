@@ -10,8 +10,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,scale]'
+# The product with every extra, plus the testbed distribution (traces/, outside the product).
+$(VENV)/.installed: $(BIN)/python pyproject.toml traces/pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]' -e ./traces
 	touch $@
 
 install: $(VENV)/.installed
@@ -21,6 +22,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check $(PACKAGES) tests
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy $(PACKAGES)

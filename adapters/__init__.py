@@ -22,7 +22,7 @@ _WHERE = {
     "GuardedWorkbench": "adapters.autogen",
     "GuardAlarmTermination": "adapters.autogen",
     "SweAgentGuardHook": "adapters.swe_agent",
-    "GuardSpanProcessor": "adapters.otel",
+    "GuardSpanProcessor": "adapters.span_processor",
 }
 
 

@@ -33,50 +33,37 @@ from autogen_core import CancellationToken
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
 from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult
 
-from adapters.common import action_from_call, asafe_decision, complete_step, log
-from guardrail.events import Decision, Result, Step, StepKind, ToolEvent, Verdict, parse_call_arguments
-from guardrail.guard import Guard
-from guardrail.layer import EpisodeContext
+from adapters.common import action_from_call, asafe_decision, log
+from adapters.steps import step_from_autogen_result
+from guardrail.core.events import Decision, Result, Verdict
+from guardrail.core.guard import Guard
+from guardrail.core.layer import EpisodeContext
 
 __all__ = [
     "AutoGenGuard",
     "GuardAlarmTermination",
     "GuardedChatCompletionClient",
     "GuardedWorkbench",
-    "step_from_create_result",
 ]
-
-
-def step_from_create_result(index: int, created: CreateResult, *, agent: str | None = None) -> Step:
-    """One AutoGen model output as a guard `Step` (tool results are filled in as the workbench returns them)."""
-    calls = created.content if isinstance(created.content, list) else []
-    events = []
-    for call in calls:
-        args = parse_call_arguments(call.arguments)  # kept as the model wrote it unless a JSON object
-        events.append(ToolEvent(id=call.id, name=call.name, args=args))
-    text = created.content if isinstance(created.content, str) else (created.thought or "")
-    logprobs = [float(lp.logprob) for lp in (created.logprobs or [])]
-    return Step(
-        index=index,
-        kind=StepKind.TOOL_CALL if calls else StepKind.TEXT,
-        text=text,
-        tool_events=events,
-        token_logprobs=logprobs,
-        logprobs_available=bool(logprobs),
-        output_tokens=created.usage.completion_tokens if created.usage else None,
-        meta={"agent": agent} if agent else {},
-    )
 
 
 @dataclass
 class _Pending:
-    """A step not fed yet: the tool call ids it still waits for, and whether a later model output followed it."""
+    """A model output not fed yet: the results that came back so far, and whether a later model output followed it."""
 
-    step: Step
-    waiting: set[str] = field(default_factory=set)
-    followed: bool = False
-    content: str = ""
+    created: CreateResult
+    agent: str | None = None
     model_latency_s: float | None = None
+    executed: dict[str, Result] = field(default_factory=dict)  # call id -> what the workbench returned
+    followed: bool = False
+
+    @property
+    def calls(self) -> list[Any]:
+        return self.created.content if isinstance(self.created.content, list) else []
+
+    @property
+    def waiting(self) -> bool:
+        return any(call.id not in self.executed for call in self.calls)
 
 
 class AutoGenGuard:
@@ -139,19 +126,17 @@ class AutoGenGuard:
         """Feed, in order, the pending steps that are complete (all of them when the run ends)."""
         while self._pending:
             head = self._pending[0]
-            if head.step.kind is StepKind.TEXT:
-                complete = head.followed or final
-            else:
-                complete = not head.waiting or final
+            complete = (head.followed if not head.calls else not head.waiting) or final
             if not complete:
                 return
             self._pending.pop(0)
-            step = head.step
-            if final and step.kind is StepKind.TEXT and not self._pending:
-                step.kind = StepKind.FINAL  # the last text of the run is its answer
             ctx = self.context
-            step.index = ctx.step_index
-            complete_step(step, content=head.content, model_latency_s=head.model_latency_s, task=ctx.task)
+            # The last text of the run is its answer; a text another model output followed was not.
+            answer = final and not self._pending and not head.followed
+            step = step_from_autogen_result(
+                ctx.step_index, head.created, head.executed, task=ctx.task, model_latency_s=head.model_latency_s,
+                tool_latency_s={k: r.latency_s for k, r in head.executed.items() if r.latency_s is not None},
+                meta={"agent": head.agent} if head.agent else None, final=answer)
             self._record(await asafe_decision("on_step", partial(self.guard.aon_step, ctx, step)))
 
     async def on_model_output(self, created: CreateResult, *, agent: str | None = None,
@@ -159,21 +144,17 @@ class AutoGenGuard:
         """A model call returned: a text step before it was not the answer; this one waits for its tool results."""
         for pending in self._pending:
             pending.followed = True
-        step = step_from_create_result(0, created, agent=agent)
-        self._pending.append(_Pending(step, {e.id for e in step.tool_events}, content=step.text,
-                                      model_latency_s=latency_s))
+        self._pending.append(_Pending(created, agent=agent, model_latency_s=latency_s))
         await self._emit_ready()
 
     async def on_tool_result(self, call_id: str | None, name: str, result: Result) -> None:
-        """The workbench finished a call: fill in the result of the step that asked for it."""
+        """The workbench finished a call: record the result on the step that asked for it."""
         for pending in self._pending:
-            for event in pending.step.tool_events:
-                if (call_id and event.id == call_id) or (not call_id and event.name == name and event.result is None):
-                    event.result = result.output
-                    event.result_chars = len(result.output)
-                    event.is_error = result.is_error
-                    event.latency_s = result.latency_s
-                    pending.waiting.discard(event.id)
+            for call in pending.calls:
+                if call.id in pending.executed:
+                    continue
+                if (call_id and call.id == call_id) or (not call_id and call.name == name):
+                    pending.executed[call.id] = result
                     await self._emit_ready()
                     return
 

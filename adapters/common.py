@@ -6,11 +6,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from guardrail.corpus import format_tool_text
-from guardrail.events import Action, Decision, Finding, Severity, Step, Verdict
+from guardrail.core.events import Action, Decision, Finding, Severity, Verdict
 
-__all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "action_from_call", "asafe_decision", "complete_step", "guard_failure",
-           "safe_decision", "tool_text"]
+__all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "action_from_call", "asafe_decision", "guard_failure", "safe_decision"]
 
 log = logging.getLogger("guardrail.adapters")
 
@@ -70,22 +68,3 @@ async def asafe_decision(hook: str, call: Callable[[], Any]) -> Decision:
     except Exception as exc:  # noqa: BLE001
         log.warning("guardrail %s failed: %s: %s", hook, type(exc).__name__, exc)
         return guard_failure(hook, exc)
-
-
-tool_text = format_tool_text  # the corpora's text for a tool step (one definition, in guardrail.corpus)
-
-
-def complete_step(step: Step, *, content: str, model_latency_s: float | None = None, task: str | None = None) -> Step:
-    """Give a step the corpus shape once its tool results are in (text, error flag, latency, task on step 0).
-
-    The step monitor is fitted on corpora whose tool steps carry the model's words followed by the
-    calls and results as text, the run's task on the first step, and model plus tool time as latency;
-    a live step must look the same or the monitor sees a distribution it never learned.
-    """
-    step.text = " ".join(part for part in (content.strip(), tool_text(step.tool_events)) if part)
-    step.error = any(e.is_error for e in step.tool_events)
-    if model_latency_s is not None:
-        step.latency_s = round(model_latency_s + sum(e.latency_s or 0.0 for e in step.tool_events), 6)
-    if step.index == 0 and task:
-        step.task = task
-    return step

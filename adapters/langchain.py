@@ -33,12 +33,13 @@ from langgraph.config import get_config
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from adapters.common import action_from_call, asafe_decision, complete_step, safe_decision
-from guardrail.events import Action, Decision, Result, Step, StepKind, ToolEvent, Verdict
-from guardrail.guard import Guard, GuardError
-from guardrail.layer import EpisodeContext
+from adapters.common import action_from_call, asafe_decision, safe_decision
+from adapters.steps import LATENCY_KEY, content_text, step_from_langchain
+from guardrail.core.events import Action, Decision, Result, Step, Verdict
+from guardrail.core.guard import Guard, GuardError
+from guardrail.core.layer import EpisodeContext
 
-__all__ = ["GuardMiddleware", "GuardedAgentState", "RepairCallback", "step_from_messages"]
+__all__ = ["GuardMiddleware", "GuardedAgentState", "RepairCallback"]
 
 RepairCallback = Callable[[Decision, Any, Any], "dict[str, Any] | None"]
 DecisionCallback = Callable[[Decision], None]
@@ -59,60 +60,11 @@ class _Run:
     start: int
     task: str | None = None
     fed: set[str] = field(default_factory=set)
-    model_latency_s: dict[str, float] = field(default_factory=dict)  # AIMessage id -> seconds the model took
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content blocks
-        return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content if b)
-    return str(content)
-
-
-def _logprobs(message: AIMessage) -> list[float]:
-    """Token log-probabilities from an OpenAI-style ``response_metadata["logprobs"]["content"]``."""
-    meta = message.response_metadata or {}
-    raw = meta.get("logprobs")
-    items = raw.get("content") if isinstance(raw, dict) else raw
-    if not isinstance(items, list):
-        return []
-    out: list[float] = []
-    for item in items:
-        value = item.get("logprob") if isinstance(item, dict) else item
-        if isinstance(value, int | float):
-            out.append(float(value))
-    return out
-
-
-def step_from_messages(index: int, message: AIMessage, tool_messages: Sequence[ToolMessage] = (),
-                       task: str | None = None, model_latency_s: float | None = None) -> Step:
-    """One model turn (and the tool results it got back) as a guard `Step`, in the corpora's shape."""
-    by_id = {m.tool_call_id: m for m in tool_messages}
-    events = []
-    for call in message.tool_calls:
-        reply = by_id.get(call.get("id") or "")
-        result = None if reply is None else _text(reply.content)
-        events.append(ToolEvent(id=call.get("id") or "", name=call["name"], args=call.get("args") or {},
-                                result=result, result_chars=None if result is None else len(result),
-                                is_error=bool(reply is not None and reply.status == "error")))
-    logprobs = _logprobs(message)
-    usage: dict[str, Any] = dict(message.usage_metadata or {})
-    step = Step(
-        index=index,
-        kind=StepKind.TOOL_CALL if message.tool_calls else StepKind.FINAL,
-        tool_events=events,
-        token_logprobs=logprobs,
-        logprobs_available=bool(logprobs),
-        output_tokens=usage.get("output_tokens"),
-        meta={"message_id": message.id} if message.id else {},
-    )
-    return complete_step(step, content=_text(message.content), model_latency_s=model_latency_s, task=task)
 
 
 def _result_from(message: Any) -> Result | None:
     if isinstance(message, ToolMessage):
-        return Result(output=_text(message.content), is_error=message.status == "error",
+        return Result(output=content_text(message.content), is_error=message.status == "error",
                       call_id=message.tool_call_id, data=message.artifact)
     update = getattr(message, "update", None)  # a Command(update={"messages": [ToolMessage, ...]})
     if isinstance(update, dict):
@@ -122,10 +74,22 @@ def _result_from(message: Any) -> Result | None:
     return None
 
 
+def _stamp_tool_latency(reply: Any, seconds: float) -> None:
+    """Put the tool's measured seconds on its ToolMessage(s), where the step path reads them back."""
+    if isinstance(reply, ToolMessage):
+        replies = [reply]
+    else:  # a Command(update={"messages": [ToolMessage, ...]})
+        update = getattr(reply, "update", None)
+        replies = [m for m in (update.get("messages") or []) if isinstance(m, ToolMessage)] \
+            if isinstance(update, dict) else []
+    for message in replies:
+        message.response_metadata[LATENCY_KEY] = round(seconds, 6)
+
+
 def _last_human_text(messages: Sequence[AnyMessage]) -> str | None:
     for message in reversed(messages):
         if isinstance(message, HumanMessage):
-            return _text(message.content)
+            return content_text(message.content)
     return None
 
 
@@ -207,9 +171,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
                 if missing and not final:
                     break  # keep order: a later turn is never fed before an earlier one
                 run.fed.add(message.id or uuid.uuid4().hex)
-                latency = run.model_latency_s.pop(message.id, None) if message.id else None
-                steps.append(step_from_messages(len(run.fed) - 1, message, replies, task=run.task,
-                                                model_latency_s=latency))
+                steps.append(step_from_langchain(len(run.fed) - 1, message, replies, task=run.task))
         return steps
 
     def _step_index(self, episode_id: str) -> int:
@@ -312,12 +274,10 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     def _after_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
         produced = [m for m in getattr(response, "result", None) or [] if isinstance(m, AIMessage)]
-        with self._lock:
-            run = self._runs.get(episode_id)
-            for message in produced:
-                message.id = message.id or f"guardrail-{uuid.uuid4().hex}"  # so the step is fed once
-                if run is not None:
-                    run.model_latency_s[message.id] = round(seconds, 6)
+        for message in produced:
+            message.id = message.id or f"guardrail-{uuid.uuid4().hex}"  # so the step is fed once
+            # Stamped on the message itself, so a step read back from the checkpoint has the same latency.
+            message.response_metadata[LATENCY_KEY] = round(seconds, 6)
         if not any(not m.tool_calls for m in produced):
             return []  # a tool-calling turn is fed once its results are in
         return self._feed(episode_id, [*request.state.get("messages", []), *produced], final=False)
@@ -374,12 +334,14 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         decision = self._notify(safe_decision("before_action", lambda: self.guard.before_action(episode_id, action)))
         if decision.blocked:
             return self._blocked_message(request, decision)
+        started = time.perf_counter()
         try:
             reply = handler(request)
         except Exception as exc:
             failed = Result(output=f"{type(exc).__name__}: {exc}", is_error=True, call_id=action.call_id)
             safe_decision("after_result", lambda: self.guard.after_result(episode_id, action, failed))
             raise
+        _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
         if result is None:
             return reply
@@ -399,12 +361,14 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             await asafe_decision("before_action", lambda: self.guard.abefore_action(episode_id, action)))
         if decision.blocked:
             return self._blocked_message(request, decision)
+        started = time.perf_counter()
         try:
             reply = await handler(request)
         except Exception as exc:
             failed = Result(output=f"{type(exc).__name__}: {exc}", is_error=True, call_id=action.call_id)
             await asafe_decision("after_result", lambda: self.guard.aafter_result(episode_id, action, failed))
             raise
+        _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
         if result is None:
             return reply

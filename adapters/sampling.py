@@ -23,7 +23,7 @@ still imports without either.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,18 +37,42 @@ from guardrail.consistency import (
     SelfConsistencyLayer,
     modal_index,
 )
-from guardrail.events import Action, Decision
-from guardrail.guard import Guard
-from guardrail.layer import EpisodeContext
+from guardrail.core.events import Action, Decision
+from guardrail.core.guard import Guard
+from guardrail.core.layer import EpisodeContext
 
 if TYPE_CHECKING:
     from autogen_core.models import CreateResult
 
 __all__ = ["GatedStep", "SamplingChatCompletionClient", "SelfConsistencyMiddleware", "StepSampler",
-           "sampling_model_node"]
+           "sampling_model_node", "sandbox_tools"]
 
 EpisodeSource = EpisodeContext | Callable[[], EpisodeContext]
 _GATING_CHECKS = ("hallucinated_arguments", "epoch_not_fixed")
+
+
+def sandbox_tools(tools: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
+    """Framework tools as what a `DryRunHarness` calls: AutoGen tools become coroutine functions.
+
+    A list is keyed by each tool's ``name``; LangChain tools and plain callables pass through unchanged.
+    """
+    named = dict(tools) if isinstance(tools, Mapping) else {tool.name: tool for tool in tools}
+    out: dict[str, Any] = {}
+    for name, tool in named.items():
+        if hasattr(tool, "run_json") and not callable(getattr(tool, "invoke", None)):
+            out[name] = _autogen_runner(tool)
+        else:
+            out[name] = tool
+    return out
+
+
+def _autogen_runner(tool: Any) -> Callable[..., Any]:
+    from autogen_core import CancellationToken
+
+    async def run(**args: Any) -> Any:
+        return await tool.run_json(args, CancellationToken())
+
+    return run
 
 
 @dataclass(frozen=True)

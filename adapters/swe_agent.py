@@ -1,8 +1,8 @@
-"""SWE-agent integration (duck-typed; SWE-agent is not on the package index): a hook, a .traj reader, audit-traj, a swe-rex prober.
+"""SWE-agent integration (duck-typed; SWE-agent is not on the package index): a hook, a .traj reader and auditor, a swe-rex prober.
 
     agent.add_hook(SweAgentGuardHook(guard))          # gates every action before it runs
     trajectory = read_traj("run.traj")                # v0 and v1 layouts
-    guardrail audit-traj run.traj --workspace repo/   # gate every recorded action offline
+    audit_trajectory(trajectory, guard, "repo/")       # gate every recorded action offline (guardrail audit-traj)
 
 Nothing here imports SWE-agent or swe-rex: the hook has `AbstractAgentHook`'s method names, the
 prober calls ``runtime.execute(Command(...))`` / ``runtime.read_file(...)`` on whatever runtime it is given.
@@ -10,13 +10,11 @@ prober calls ``runtime.execute(Command(...))`` / ``runtime.read_file(...)`` on w
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import posixpath
 import shlex
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from adapters.common import safe_decision
-from guardrail.cliutil import Command, emit_json, print_table
-from guardrail.events import Action, Decision, Episode, Result, Step, StepKind, ToolEvent, Verdict
-from guardrail.guard import Guard
-from guardrail.layer import EpisodeContext
+from adapters.steps import step_from_swe_agent
+from guardrail.core.events import Action, Decision, Episode, Result, Verdict
+from guardrail.core.guard import Guard
+from guardrail.core.layer import EpisodeContext
 
 __all__ = [
     "ACI_COMMANDS",
-    "AUDIT_TRAJ",
     "GuardBlockedAction",
     "SweAgentGuardHook",
     "SweRexProber",
@@ -180,20 +177,9 @@ def read_traj(path: str | os.PathLike[str]) -> Trajectory:
 
 def episode_from_traj(trajectory: Trajectory, *, episode_id: str | None = None) -> Episode:
     """A trajectory as an `Episode` (one tool-call step per action; ``submit`` is the final one)."""
-    steps = []
-    for step in trajectory.steps:
-        first = step.action.strip().split(maxsplit=1)[0] if step.action.strip() else ""
-        is_final = first == "submit"
-        steps.append(Step(
-            index=step.index,
-            kind=StepKind.FINAL if is_final else StepKind.TOOL_CALL,
-            text=step.observation if is_final else step.thought,
-            tool_events=[] if is_final else [ToolEvent(
-                id=f"traj-{step.index}", name=first or "bash", args={"command": step.action},
-                result=step.observation, result_chars=len(step.observation), latency_s=step.execution_time)],
-            task=trajectory.problem,
-            meta={"cwd": step.cwd} if step.cwd else {},
-        ))
+    steps = [step_from_swe_agent(step.index, action=step.action, thought=step.thought, observation=step.observation,
+                                 execution_time=step.execution_time, task=trajectory.problem, cwd=step.cwd)
+             for step in trajectory.steps]
     return Episode(episode_id=episode_id or Path(trajectory.path).stem, steps=steps, task=trajectory.problem,
                    framework="swe-agent", meta={"layout": trajectory.layout, "exit_status":
                                                 trajectory.info.get("exit_status")})
@@ -272,47 +258,6 @@ def audit_trajectory(trajectory: Trajectory, guard: Guard, workspace: str | os.P
     submission = trajectory.info.get("submission")
     safe_decision("on_finish", partial(guard.on_finish, ctx, answer=submission if isinstance(submission, str) else None))
     return rows
-
-
-def _audit_add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="a SWE-agent .traj file (v0 or v1 layout)")
-    parser.add_argument("--workspace", required=True, help="a local copy of the repository the agent worked on")
-    parser.add_argument("--sandbox-root", default=None,
-                        help="the repository's path inside the agent's sandbox (default: the first working_dir)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per action")
-    parser.add_argument("--all", action="store_true", help="list allowed actions too")
-
-
-def _audit_run(args: argparse.Namespace) -> int:
-    from guardrail.assemble import default_guard
-
-    try:
-        trajectory = read_traj(args.file)
-    except TrajError as exc:
-        sys.stderr.write(f"guardrail audit-traj: {exc}\n")
-        return 2
-    if not Path(args.workspace).is_dir():
-        sys.stderr.write(f"guardrail audit-traj: {args.workspace}: not a directory\n")
-        return 2
-    guard = default_guard(Guard, workspace=args.workspace, mode="intervene")
-    rows = audit_trajectory(trajectory, guard, args.workspace, sandbox_root=args.sandbox_root)
-    flagged = [r for r in rows if r.decision.verdict is not Verdict.ALLOW]
-    if args.json:
-        for row in rows if args.all else flagged:
-            emit_json({"step": row.step, "action": row.action, "cwd": row.cwd,
-                       "verdict": row.decision.verdict.value,
-                       "findings": [f.model_dump(mode="json", exclude_defaults=True) for f in row.decision.findings]})
-    else:
-        print_table([{"step": r.step, "verdict": r.decision.verdict.value,
-                      "action": r.action.splitlines()[0][:60] if r.action else "",
-                      "finding": r.decision.message().replace("\n", " | ")[:120]}
-                     for r in (rows if args.all else flagged)])
-        sys.stdout.write(f"{len(rows)} action(s), {len(flagged)} flagged ({trajectory.layout} layout)\n")
-    return 1 if any(r.decision.verdict is Verdict.BLOCK for r in rows) else 0
-
-
-AUDIT_TRAJ = Command(help="gate every action of a recorded SWE-agent trajectory against a workspace",
-                     add_arguments=_audit_add_arguments, run=_audit_run)
 
 
 # --------------------------------------------------------------------------- live hook
@@ -400,13 +345,9 @@ class SweAgentGuardHook:
         command = getattr(step, "action", "") or ""
         done = bool(getattr(step, "done", False))
         observation = str(getattr(step, "observation", "") or "")
-        first = command.strip().split(maxsplit=1)[0] if command.strip() else ""
-        event = ToolEvent(id=f"step-{ctx.step_index}", name=first or "bash", args={"command": command},
-                          result=observation, result_chars=len(observation),
-                          latency_s=getattr(step, "execution_time", None))
-        step_out = Step(index=ctx.step_index, kind=StepKind.FINAL if done else StepKind.TOOL_CALL,
-                        text=observation if done else str(getattr(step, "thought", "") or ""),
-                        tool_events=[] if done else [event])
+        step_out = step_from_swe_agent(ctx.step_index, action=command, thought=str(getattr(step, "thought", "") or ""),
+                                       observation=observation, done=done, task=ctx.task,
+                                       execution_time=getattr(step, "execution_time", None))
         self._record(safe_decision("on_step", lambda: self.guard.on_step(ctx, step_out)))
 
     def on_run_done(self, *, trajectory: Any, info: Any) -> None:

@@ -1,6 +1,15 @@
-"""guardrail: a runtime guard for LLM agents (gate, self-consistency, step monitor, verifiers, repair)."""
+"""guardrail: a runtime guard for LLM agents (gate, self-consistency, step monitor, verifiers, repair).
 
-from guardrail.events import (
+This module is the public facade. The event model and the pipeline come from `guardrail.core`;
+``Guard`` is the pipeline plus ``Guard.default(...)``, which assembles the layers
+(`guardrail.app.assemble`) and is loaded on first use, so importing a core module never loads a layer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from guardrail.core.events import (
     HEALTHY,
     Action,
     ActionKind,
@@ -14,10 +23,11 @@ from guardrail.events import (
     ToolEvent,
     Verdict,
 )
-from guardrail.guard import Guard, GuardError
-from guardrail.layer import EpisodeContext, Layer
+from guardrail.core.guard import GuardError
+from guardrail.core.layer import EpisodeContext, Layer
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from guardrail.app.assemble import Guard, LayerUnavailable
 
 __all__ = [
     "HEALTHY",
@@ -30,6 +40,7 @@ __all__ = [
     "Guard",
     "GuardError",
     "Layer",
+    "LayerUnavailable",
     "Result",
     "Severity",
     "Step",
@@ -38,3 +49,15 @@ __all__ = [
     "Verdict",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Guard", "LayerUnavailable"):
+        from guardrail.app import assemble
+
+        return getattr(assemble, name)
+    if name == "__version__":
+        from guardrail.core.version import version
+
+        return version()
+    raise AttributeError(f"module 'guardrail' has no attribute {name!r}")

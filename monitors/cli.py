@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from guardrail.cliutil import Command, emit_json, print_table, progress
-from guardrail.corpus import CorpusError, iter_corpus, read_episodes
-from guardrail.engine import add_engine_arguments, engine_from_args
-from guardrail.events import Episode
+from guardrail.core.cliutil import Command, emit_json, print_table, progress
+from guardrail.core.corpus import CorpusError, iter_corpus, read_episodes
+from guardrail.core.engine import add_engine_arguments, engine_from_args
+from guardrail.core.events import Episode
 from monitors.calibration import alarm_threshold
+from monitors.features import Telemetry
 from monitors.model_file import ModelFileError, load_monitor, save_monitor
 from monitors.monitor import PRESETS, StepMonitor
 from monitors.perturb import perturb
-from monitors.telemetry import Telemetry
 
 __all__ = ["FIT", "SCORE", "featurize_shard", "healthy_stats_shard", "score_shard"]
 

@@ -6,9 +6,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from guardrail.events import Episode, Finding, Severity, Step
-from guardrail.layer import EpisodeContext, Layer
-from monitors.completion import completion_finding
+from guardrail.core.events import Finding, Severity, Step
+from guardrail.core.layer import EpisodeContext, Layer
 from monitors.monitor import MonitorStream, StepMonitor
 
 __all__ = ["MonitorLayer"]
@@ -17,13 +16,13 @@ __all__ = ["MonitorLayer"]
 class MonitorLayer(Layer):
     """`MonitorLayer(model)`: `on_step` records the streaming score and returns one alarm finding at the first crossing.
 
-    `model` is a fitted, calibrated `StepMonitor` or the path of a model file. With
-    ``check_completion=True`` (default) `on_finish` also warns when the run ended without an answer.
+    `model` is a fitted, calibrated `StepMonitor` or the path of a model file. Whether the run ended
+    with an answer is the verifiers' completion check (`verifiers.completion`), not the monitor's.
     """
 
     name = "monitor"
 
-    def __init__(self, model: StepMonitor | str | os.PathLike[str], *, check_completion: bool = True) -> None:
+    def __init__(self, model: StepMonitor | str | os.PathLike[str]) -> None:
         if not isinstance(model, StepMonitor):
             from monitors.model_file import load_monitor
 
@@ -31,7 +30,6 @@ class MonitorLayer(Layer):
         if not hasattr(model, "hybrid_"):
             raise ValueError("MonitorLayer needs a fitted StepMonitor (fit it, or load a model file)")
         self.model = model
-        self.check_completion = check_completion
 
     def new_state(self, ctx: EpisodeContext) -> MonitorStream:
         return self.model.start(ctx.task)
@@ -52,9 +50,3 @@ class MonitorLayer(Layer):
             hint="the run may be looping, cascading tool errors or working from corrupted results; "
                  "consider rolling back to the last checkpoint",
         )]
-
-    def on_finish(self, ctx: EpisodeContext, episode: Episode) -> Iterable[Finding] | None:
-        if not self.check_completion:
-            return None
-        finding = completion_finding(episode, layer=self.name)
-        return [finding] if finding else None

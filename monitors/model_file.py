@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from guardrail import __version__ as guardrail_version
-from guardrail.fileio import atomic_write_bytes
+from guardrail.core.fileio import atomic_write_bytes
+from guardrail.core.version import version
+from monitors.features import Telemetry
 from monitors.hybrid import Hybrid
 from monitors.monitor import StepMonitor
-from monitors.telemetry import Telemetry
 
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "ModelFileError", "load_monitor", "save_monitor"]
 
@@ -41,7 +41,7 @@ def save_monitor(monitor: StepMonitor, path: str | os.PathLike[str], *, extra: d
     header = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
-        "guardrail_version": guardrail_version,
+        "guardrail_version": version(),
         "params": monitor.get_params(),
         "telemetry": {"params": monitor.telemetry_.get_params(), "channels": list(monitor.telemetry_.channels_)},
         "threshold": monitor.threshold_ if np.isfinite(monitor.threshold_) else None,
@@ -117,7 +117,7 @@ def _header(archive: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     if header.get("version") != MODEL_VERSION:
         raise ModelFileError(
             f"{path}: model file format version {header.get('version')!r} (written by guardrail "
-            f"{header.get('guardrail_version', '?')}); this guardrail {guardrail_version} reads version "
+            f"{header.get('guardrail_version', '?')}); this guardrail {version()} reads version "
             f"{MODEL_VERSION}. Refit with `guardrail fit CORPUS -o MODEL`."
         )
     for key in ("params", "telemetry", "arrays"):

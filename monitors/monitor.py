@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from guardrail.events import Episode, Step
+from guardrail.core.events import Episode, Step
 from monitors.calibration import alarm_threshold
+from monitors.features import Telemetry, TelemetryStream
 from monitors.hybrid import Hybrid, HybridStream
 from monitors.perturb import perturb
-from monitors.telemetry import Telemetry, TelemetryStream
 
 __all__ = ["DEFAULT_CONFIG", "PRESETS", "EpisodeScore", "MonitorStream", "StepMonitor"]
 

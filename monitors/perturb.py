@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from guardrail.events import Episode, Step, StepKind, ToolEvent
+from guardrail.core.events import Episode, Step, StepKind, ToolEvent
 
 __all__ = ["PERTURBATIONS", "perturb"]
 

@@ -1,16 +1,17 @@
 """Repair: roll a flagged run back to the framework's own checkpoint and re-run it live under a hint rung.
 
-LangGraph (any checkpointer; SQLite by default)::
+This package is framework-neutral: where to roll back to (`target`), the hint of each rung
+(`rungs`), the circuit breaker (`breaker`), escalation (`escalation`) and the ladder that ties
+them together (`Repairer`). The framework drivers live beside their adapters::
 
-    graph = create_agent(model, tools, checkpointer=sqlite_checkpointer("runs.db"))
-    repairer = Repairer(Guard([VerifierLayer(spec), monitor], mode="intervene"))
-    outcome = repairer.run_langgraph(graph, {"messages": [HumanMessage(task)]}, config)
+    from adapters.langgraph_repair import run_langgraph, sqlite_checkpointer   # any LangGraph saver
+    outcome = run_langgraph(Repairer(guard, rung="adaptive"), graph, {"messages": [...]}, config)
+
+    from adapters.autogen_repair import arun_autogen                           # AutoGen save_state/load_state
+    outcome = await arun_autogen(Repairer(guard), agent, task)
+
     outcome.outcome   # clean | repaired | unrepaired | halted | escalated | logged
     outcome.answer    # what to deliver (None when no run passed its checks)
-
-AutoGen (an ``AssistantAgent(max_tool_iterations=1)``, its state saved after every step)::
-
-    outcome = await repairer.arun_autogen(agent, task)
 
 Contract violations and circuit-breaker trips reach ``Repairer(on_escalate=...)`` as an
 `Escalation`; every attempt is a ``guardrail.repair`` span (rung, target step, extra model
@@ -18,41 +19,33 @@ calls, outcome).
 """
 
 from repair.breaker import CircuitBreaker, LoopDetector, Trip
-from repair.checkpoints import (
-    AutoGenRun,
-    AutoGenStepLog,
-    CheckpointError,
-    CheckpointRef,
-    LangGraphCheckpoints,
-    sqlite_checkpointer,
-)
+from repair.driver import AsyncForkDriver, CheckpointError, ForkDriver
 from repair.escalation import ESCALATED_CHECKS, Escalation, escalation_for
-from repair.repairer import RepairAttempt, Repairer, RepairOutcome, is_flag
+from repair.repairer import RepairAttempt, Repairer, RepairOutcome, RepairSession, StepWatch, is_flag
 from repair.rungs import RUNGS, Hint, Rung, RungNotApplicable, make_hint
 from repair.target import flagged_step, rollback_step
 
 __all__ = [
     "ESCALATED_CHECKS",
     "RUNGS",
-    "AutoGenRun",
-    "AutoGenStepLog",
+    "AsyncForkDriver",
     "CheckpointError",
-    "CheckpointRef",
     "CircuitBreaker",
     "Escalation",
+    "ForkDriver",
     "Hint",
-    "LangGraphCheckpoints",
     "LoopDetector",
     "RepairAttempt",
     "RepairOutcome",
+    "RepairSession",
     "Repairer",
     "Rung",
     "RungNotApplicable",
+    "StepWatch",
     "Trip",
     "escalation_for",
     "flagged_step",
     "is_flag",
     "make_hint",
     "rollback_step",
-    "sqlite_checkpointer",
 ]

@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail.events import Step
+from guardrail.core.events import Step
 
 __all__ = ["CircuitBreaker", "LoopDetector", "Trip"]
 

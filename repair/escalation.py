@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guardrail.events import Finding, Severity
+from guardrail.core.events import Finding, Severity
 
 __all__ = ["ESCALATED_CHECKS", "Escalation", "EscalationHandler", "escalation_for", "log_escalation"]
 

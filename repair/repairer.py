@@ -11,21 +11,24 @@ from typing import Any, Literal
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from guardrail import telemetry as tm
-from guardrail.events import Action, Finding, Result, Severity, Step
-from guardrail.guard import Guard
-from guardrail.layer import EpisodeContext
+from guardrail.core import spans as tm
+from guardrail.core.events import Action, Finding, Result, Severity, Step
+from guardrail.core.guard import Guard
+from guardrail.core.layer import EpisodeContext
 from repair.breaker import BreakerRun, CircuitBreaker, Trip
-from repair.checkpoints import AutoGenRun, AutoGenStepLog, LangGraphCheckpoints, steps_from_messages
+from repair.driver import AsyncForkDriver, ForkDriver
 from repair.escalation import ESCALATED_CHECKS, Escalation, EscalationHandler, escalation_for, log_escalation
-from repair.rungs import Hint, Rung, RungNotApplicable, make_hint, to_autogen_message, to_langchain_message
+from repair.rungs import Hint, Rung, RungNotApplicable, make_hint
 from repair.target import flagged_step, rollback_step
 
 __all__ = [
     "REPAIR_SPAN",
     "RepairAttempt",
     "RepairOutcome",
+    "RepairSession",
     "Repairer",
+    "StepWatch",
+    "final_answer",
     "is_flag",
 ]
 
@@ -81,14 +84,14 @@ class RepairOutcome:
     escalation: Escalation | None = None
     trip: Trip | None = None
     config: dict[str, Any] | None = None  # LangGraph: config of the delivered branch's head checkpoint
-    autogen_run: AutoGenRun | None = None  # AutoGen: the delivered run with its saved states
+    delivered: Any = None  # what the framework driver delivered (an AutoGen run with its saved states, ...)
 
     @property
     def extra_model_calls(self) -> int:
         return sum(a.extra_model_calls for a in self.attempts)
 
 
-class _Watch:
+class StepWatch:
     """Feeds completed steps of one run (or fork) to a Guard episode and to the breaker, as they happen."""
 
     def __init__(self, guard: Guard, ctx: EpisodeContext, breaker_run: BreakerRun | None, *, count_from: int,
@@ -137,13 +140,13 @@ class _Watch:
         return [f for f in self.ctx.findings if is_flag(f)]
 
 
-def _answer(steps: Sequence[Step]) -> str | None:
+def final_answer(steps: Sequence[Step]) -> str | None:
     return steps[-1].text if steps and steps[-1].is_final else None
 
 
-def _judge(attempt: RepairAttempt, watch: _Watch, fork_steps: list[Step], target: int) -> None:
+def judge_attempt(attempt: RepairAttempt, watch: StepWatch, fork_steps: list[Step], target: int) -> None:
     attempt.extra_model_calls = max(0, len(fork_steps) - target)
-    answer = None if watch.trip else _answer(fork_steps)
+    answer = None if watch.trip else final_answer(fork_steps)
     attempt.findings = watch.finish(answer)
     attempt.answer = answer
     if watch.trip is not None:
@@ -154,8 +157,8 @@ def _judge(attempt: RepairAttempt, watch: _Watch, fork_steps: list[Step], target
         attempt.outcome = "still_flagged"
 
 
-class _Session:
-    """The repair ladder for one flagged run, shared by the LangGraph and AutoGen drivers."""
+class RepairSession:
+    """The repair ladder for one flagged run, shared by every framework driver."""
 
     def __init__(self, repairer: Repairer, episode_id: str, findings: list[Finding], original_steps: list[Step],
                  breaker_run: BreakerRun | None, tools: Collection[str]) -> None:
@@ -266,9 +269,10 @@ class Repairer:
     re-run and the breaker ends nothing: the would-be repair is logged as a ``guardrail.repair``
     span with outcome ``logged``.
 
-    The checkpointer is the graph's own (any LangGraph saver: SQLite by default via
-    `sqlite_checkpointer`, Postgres for many workers); AutoGen agents are driven by an
-    `AutoGenStepLog`, which saves the agent's state with ``save_state`` after every step.
+    The framework is reached through a fork driver (`repair.driver.ForkDriver`): the LangGraph
+    driver forks a thread through the graph's own checkpointer, the AutoGen drivers restore saved
+    state with ``load_state`` (both in `adapters`). `run_langgraph` / `arun_autogen` there run an
+    agent under this Repairer from the start.
     """
 
     def __init__(
@@ -305,14 +309,14 @@ class Repairer:
         except Exception:  # noqa: BLE001 - the application's handler failing must not crash the agent
             logger.exception("the on_escalate handler raised for %s", event.episode_id)
 
-    def _breaker_run(self) -> BreakerRun | None:
+    def new_breaker_run(self) -> BreakerRun | None:
         # Ending a run is an intervention: report mode lets a loop run its course (its findings are still logged).
         return self.breaker.new_run() if self.breaker is not None and self.intervening else None
 
-    def _new_context(self, episode_id: str, task: str | None, framework: str, tools: Collection[str]) -> EpisodeContext:
+    def new_context(self, episode_id: str, task: str | None, framework: str, tools: Collection[str]) -> EpisodeContext:
         return self.guard.start_episode(episode_id, task=task, framework=framework, tools=tools)
 
-    def _before_repair(self, episode_id: str, flags: list[Finding], steps: list[Step], trip: Trip | None,
+    def before_repair(self, episode_id: str, flags: list[Finding], steps: list[Step], trip: Trip | None,
                        answer: str | None) -> RepairOutcome | None:
         """The outcome when no fork should run (clean, escalated, halted, or report mode); None to repair."""
         if trip is not None:
@@ -343,37 +347,40 @@ class Repairer:
             span.set_attribute(REPAIR_EXTRA_MODEL_CALLS, 0)
             span.set_attribute(REPAIR_OUTCOME, "logged")
 
-    # ------------------------------------------------------------------------- LangGraph
-    def run_langgraph(self, graph: Any, inputs: Any, config: dict[str, Any], *, task: str | None = None,
-                      tools: Collection[str] = (), messages_key: str = "messages") -> RepairOutcome:
-        """Run a checkpointed LangGraph graph on `inputs` under the Guard, repairing before the answer is returned."""
-        episode_id = str(config.get("configurable", {}).get("thread_id") or uuid.uuid4().hex)
-        breaker_run = self._breaker_run()
-        ctx = self._new_context(f"{episode_id}:{uuid.uuid4().hex[:8]}", task, "langgraph", tools)
-        watch = _Watch(self.guard, ctx, breaker_run, count_from=0, stop_on_flag=self.intervening)
-        steps = self._stream_langgraph(graph, graph.stream(inputs, config, stream_mode="values"), config,
-                                       watch, messages_key)
-        answer = None if watch.trip else _answer(steps)
-        flags = watch.finish(answer)
-        early = self._before_repair(episode_id, flags, steps, watch.trip, answer)
-        if early is not None:
-            early.config = graph.get_state(config).config
-            return early
-        return self.repair_langgraph(graph, config, flags, tools=tools, task=task, messages_key=messages_key,
-                                     breaker_run=breaker_run, original_answer=answer)
+    def watch(self, ctx: EpisodeContext, breaker_run: BreakerRun | None, *, count_from: int = 0) -> StepWatch:
+        """A watch feeding a run's steps to `ctx` (stopping it on a flag in intervene mode)."""
+        return StepWatch(self.guard, ctx, breaker_run, count_from=count_from, stop_on_flag=self.intervening)
 
-    def repair_langgraph(self, graph: Any, config: dict[str, Any], findings: Sequence[Finding], *,
-                         tools: Collection[str] = (), task: str | None = None, messages_key: str = "messages",
-                         breaker_run: BreakerRun | None = None, original_answer: str | None = None,
-                         rung: Rung | None = None) -> RepairOutcome:
-        """Repair an already flagged thread: fork from its checkpoint before the target step and re-run it.
+    def open_session(self, episode_id: str, findings: Sequence[Finding], original_steps: list[Step],
+                     breaker_run: BreakerRun | None, tools: Collection[str], rung: Rung | None) -> RepairSession:
+        """The repair ladder for one flagged run (a fresh breaker run when the caller brought none)."""
+        if breaker_run is None and self.breaker is not None:
+            breaker_run = self.breaker.new_run()
+        repairer = self if rung is None else self._with_rung(rung)
+        return RepairSession(repairer, episode_id, [f for f in findings if is_flag(f)] or list(findings),
+                             original_steps, breaker_run, tools)
 
-        The thread's current head is the original branch; it stays in the checkpointer unchanged.
+    def _with_rung(self, rung: Rung) -> Repairer:
+        return Repairer(self.guard, rung=rung, breaker=self.breaker, max_attempts=self.max_attempts,
+                        on_escalate=self.on_escalate, fact_tools=self.fact_tools, calculator=self.calculator,
+                        escalated_checks=self.escalated_checks, tracer=self.tracer)
+
+    def _attempt_context(self, driver: ForkDriver | AsyncForkDriver, session: RepairSession,
+                         attempt: RepairAttempt, task: str | None, tools: Collection[str]) -> StepWatch:
+        ctx = self.new_context(f"{session.episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
+                               task, driver.framework, tools)
+        return self.watch(ctx, session.breaker_run, count_from=session.target)
+
+    # ------------------------------------------------------------------------- the ladder, any framework
+    def repair(self, driver: ForkDriver, findings: Sequence[Finding], *, tools: Collection[str] = (),
+               task: str | None = None, breaker_run: BreakerRun | None = None,
+               original_answer: str | None = None, rung: Rung | None = None) -> RepairOutcome:
+        """Repair a flagged run through `driver`: fork before the target step and re-run, rung by rung.
+
+        The original run stays as the framework stored it; each fork is a new branch.
         """
-        checkpoints = LangGraphCheckpoints(graph, config, messages_key=messages_key)
-        original_steps = checkpoints.steps()
-        episode_id = checkpoints.thread_config["configurable"]["thread_id"]
-        session = self._open_session(str(episode_id), findings, original_steps, breaker_run, tools, rung)
+        original_steps = driver.original_steps()
+        session = self.open_session(driver.episode_id, findings, original_steps, breaker_run, tools, rung)
         while (hint := session.next_hint()) is not None:
             span = session.start_span(hint)
             attempt = RepairAttempt(attempt=len(session.attempts), rung=hint.rung, hint=hint.text,
@@ -381,99 +388,26 @@ class Repairer:
             error: BaseException | None = None
             try:
                 with trace.use_span(span, end_on_exit=False):
-                    ref = checkpoints.before_step(session.target)
-                    attempt.checkpoint_id = ref.checkpoint_id
-                    fork_config = checkpoints.fork(ref, to_langchain_message(hint))
-                    attempt.fork_config = fork_config
-                    ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
-                                            task, "langgraph", tools)
-                    watch = _Watch(self.guard, ctx, session.breaker_run, count_from=session.target,
-                                   stop_on_flag=self.intervening)
-                    thread = checkpoints.thread_config
-                    watch.feed(steps_from_messages(checkpoints.messages(fork_config)))  # the reused prefix
-                    fork_steps = self._stream_langgraph(graph, checkpoints.resume(fork_config), thread, watch,
-                                                        messages_key)
-                    _judge(attempt, watch, fork_steps, session.target)
+                    watch = self._attempt_context(driver, session, attempt, task, tools)
+                    fork_steps = driver.fork(session.target, hint, watch, attempt)
+                    judge_attempt(attempt, watch, fork_steps, session.target)
                     session.trip = session.trip or watch.trip
-                    attempt.fork_config = graph.get_state(thread).config  # the fork's head, whatever its outcome
             except Exception as exc:  # a fork that raises is a failed attempt; the original run is intact
                 error = exc
                 attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
             session.end_span(span, attempt, error)
             if session.over:
                 break
-        result = session.conclude(original_answer if original_answer is not None else _answer(original_steps))
-        passed = next((a for a in result.attempts if a.outcome == "passed"), None)
-        result.config = passed.fork_config if passed else checkpoints.head_config
-        if passed is not None and passed.fork_config is not None:
-            result.steps = steps_from_messages(checkpoints.messages(passed.fork_config))
+        result = session.conclude(original_answer if original_answer is not None else final_answer(original_steps))
+        driver.deliver(result, next((a for a in result.attempts if a.outcome == "passed"), None))
         return result
 
-    @staticmethod
-    def _stream_langgraph(graph: Any, updates: Any, config: dict[str, Any], watch: _Watch,
-                          messages_key: str) -> list[Step]:
-        """Drive a LangGraph stream, feeding each completed step to `watch`; stops the graph when told to."""
-        thread = {"configurable": {"thread_id": config["configurable"]["thread_id"]}}
-        steps: list[Step] = []
-        try:
-            for values in updates:
-                # The yielded state is complete for this superstep even before its checkpoint is readable.
-                if not isinstance(values, dict):
-                    continue
-                steps = steps_from_messages(values.get(messages_key, []))
-                if watch.feed(steps):
-                    break  # closing the generator stops the graph; what ran is checkpointed
-        finally:
-            close = getattr(updates, "close", None)
-            if close is not None:
-                close()
-        state = graph.get_state(thread)
-        return steps_from_messages(state.values.get(messages_key, []))
-
-    def _open_session(self, episode_id: str, findings: Sequence[Finding], original_steps: list[Step],
-                      breaker_run: BreakerRun | None, tools: Collection[str], rung: Rung | None) -> _Session:
-        """The repair ladder for one flagged run (a fresh breaker run when the caller brought none)."""
-        if breaker_run is None and self.breaker is not None:
-            breaker_run = self.breaker.new_run()
-        repairer = self if rung is None else self._with_rung(rung)
-        return _Session(repairer, episode_id, [f for f in findings if is_flag(f)] or list(findings),
-                        original_steps, breaker_run, tools)
-
-    def _with_rung(self, rung: Rung) -> Repairer:
-        clone = Repairer(self.guard, rung=rung, breaker=self.breaker, max_attempts=self.max_attempts,
-                         on_escalate=self.on_escalate, fact_tools=self.fact_tools, calculator=self.calculator,
-                         escalated_checks=self.escalated_checks, tracer=self.tracer)
-        return clone
-
-    # ------------------------------------------------------------------------- AutoGen
-    async def arun_autogen(self, agent: Any, task: str, *, tools: Collection[str] = (),
-                           max_steps: int = 30) -> RepairOutcome:
-        """Run an AutoGen AssistantAgent step by step under the Guard (state saved per step), repairing on a flag."""
-        log = AutoGenStepLog(agent, max_steps=max_steps)
-        episode_id = f"{agent.name}:{uuid.uuid4().hex[:8]}"
-        breaker_run = self._breaker_run()
-        ctx = self._new_context(episode_id, task, "autogen", tools)
-        watch = _Watch(self.guard, ctx, breaker_run, count_from=0, stop_on_flag=self.intervening)
-        run = await log.run(task, on_step=lambda record, step: watch.feed(record.steps()))
-        steps = run.steps()
-        answer = None if watch.trip else run.answer
-        flags = watch.finish(answer)
-        early = self._before_repair(episode_id, flags, steps, watch.trip, answer)
-        if early is not None:
-            early.autogen_run = run
-            return early
-        return await self.arepair_autogen(log, run, flags, tools=tools, episode_id=episode_id,
-                                          breaker_run=breaker_run, original_answer=answer)
-
-    async def arepair_autogen(self, log: AutoGenStepLog, run: AutoGenRun, findings: Sequence[Finding], *,
-                              tools: Collection[str] = (), episode_id: str | None = None,
-                              breaker_run: BreakerRun | None = None, original_answer: str | None = None,
-                              rung: Rung | None = None) -> RepairOutcome:
-        """Repair a flagged AutoGen run: ``load_state`` the state before the target step and run onward."""
-        episode_id = episode_id or f"{log.agent.name}:{uuid.uuid4().hex[:8]}"
-        original_steps = run.steps()
-        session = self._open_session(episode_id, findings, original_steps, breaker_run, tools, rung)
-        delivered: AutoGenRun = run
+    async def arepair(self, driver: AsyncForkDriver, findings: Sequence[Finding], *, tools: Collection[str] = (),
+                      task: str | None = None, breaker_run: BreakerRun | None = None,
+                      original_answer: str | None = None, rung: Rung | None = None) -> RepairOutcome:
+        """Async twin of `repair` for drivers whose forks run on the event loop."""
+        original_steps = await driver.original_steps()
+        session = self.open_session(driver.episode_id, findings, original_steps, breaker_run, tools, rung)
         while (hint := session.next_hint()) is not None:
             span = session.start_span(hint)
             attempt = RepairAttempt(attempt=len(session.attempts), rung=hint.rung, hint=hint.text,
@@ -481,24 +415,16 @@ class Repairer:
             error: BaseException | None = None
             try:
                 with trace.use_span(span, end_on_exit=False):
-                    ctx = self._new_context(f"{episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
-                                            run.task, "autogen", tools)
-                    watch = _Watch(self.guard, ctx, session.breaker_run, count_from=session.target,
-                                   stop_on_flag=self.intervening)
-                    watch.feed(original_steps[: session.target])  # the reused prefix
-                    forked = await log.fork(run, session.target, to_autogen_message(hint),
-                                            on_step=lambda record, step, w=watch: w.feed(record.steps()))
-                    _judge(attempt, watch, forked.steps(), session.target)
+                    watch = self._attempt_context(driver, session, attempt, task, tools)
+                    fork_steps = await driver.fork(session.target, hint, watch, attempt)
+                    judge_attempt(attempt, watch, fork_steps, session.target)
                     session.trip = session.trip or watch.trip
-                    if attempt.outcome == "passed":
-                        delivered = forked
-            except Exception as exc:  # a failed fork leaves the saved states of the original run as they were
+            except Exception as exc:  # as in `repair`
                 error = exc
                 attempt.error = f"{type(exc).__name__}: {exc}"[:2000]
             session.end_span(span, attempt, error)
             if session.over:
                 break
-        result = session.conclude(original_answer if original_answer is not None else run.answer)
-        result.autogen_run = delivered
-        result.steps = delivered.steps()
+        result = session.conclude(original_answer if original_answer is not None else final_answer(original_steps))
+        await driver.deliver(result, next((a for a in result.attempts if a.outcome == "passed"), None))
         return result

@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guardrail.events import Finding, Severity
+from guardrail.core.events import Finding, Severity
 
 __all__ = [
     "ARITHMETIC_CHECKS",
@@ -16,8 +16,6 @@ __all__ = [
     "RungNotApplicable",
     "adaptive_rung",
     "make_hint",
-    "to_autogen_message",
-    "to_langchain_message",
 ]
 
 Rung = Literal["resample", "generic", "located", "specific", "recompute", "adaptive"]
@@ -118,17 +116,3 @@ def make_hint(rung: Rung, findings: Sequence[Finding], *, attempt: int = 0, tool
                 "then answer using its results.")
         return Hint(rung=rung, text=text, check=check, step=step)
     raise ValueError(f"unknown rung {rung!r}; expected one of {RUNGS}")
-
-
-def to_langchain_message(hint: Hint) -> list[Any]:
-    """The hint in LangChain's own format: a HumanMessage (none for resample)."""
-    if hint.text is None:
-        return []
-    from langchain_core.messages import HumanMessage
-
-    return [HumanMessage(content=hint.text, name="guardrail", additional_kwargs={"guardrail_rung": hint.rung})]
-
-
-def to_autogen_message(hint: Hint) -> str | None:
-    """The hint for AutoGen: the text the step log sends as a user TextMessage (None for resample)."""
-    return hint.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 
-from guardrail.events import Finding, Severity, Step
+from guardrail.core.events import Finding, Severity, Step
 
 __all__ = ["flagged_step", "is_fact_gathering", "rollback_step"]
 

@@ -15,9 +15,9 @@ from autogen_core.tools import FunctionTool
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
 from adapters.autogen import AutoGenGuard, GuardedWorkbench
-from guardrail.events import Finding, Severity, StepKind
-from guardrail.guard import Guard
-from guardrail.layer import Layer
+from guardrail import Guard
+from guardrail.core.events import Finding, Severity, StepKind
+from guardrail.core.layer import Layer
 from tests.layers import MissingFileGate, Recorder
 
 MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,

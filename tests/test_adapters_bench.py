@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from guardrail.cli import main
+from guardrail.core.cli import main
 
 
 def test_overhead_json_has_one_row_per_framework_and_configuration(capsys):

@@ -5,9 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.common import action_from_call, complete_step, safe_decision, tool_text
-from guardrail.events import ActionKind, Step, StepKind, ToolEvent
-from guardrail.guard import Guard, GuardError
+from adapters.common import action_from_call, safe_decision
+from adapters.steps import build_step, tool_event
+from guardrail import Guard, GuardError
+from guardrail.core.corpus import format_tool_text
+from guardrail.core.events import ActionKind, StepKind
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
@@ -41,18 +43,23 @@ def test_a_guard_misuse_is_a_finding_not_an_exception():
     assert GuardError.__name__ in decision.findings[0].message
 
 
-def test_a_completed_tool_step_has_the_corpus_text_and_error_flag():
-    step = Step(index=0, kind=StepKind.TOOL_CALL, tool_events=[
-        ToolEvent(id="1", name="lookup", args={"city": "Oslo"}, result="Error: 503", is_error=True, latency_s=0.5)])
+def test_a_built_tool_step_has_the_corpus_text_and_error_flag():
+    event = tool_event("1", "lookup", {"city": "Oslo"}, "Error: 503", is_error=True, latency_s=0.5)
 
-    complete_step(step, content="Looking up.", model_latency_s=0.25, task="book Oslo")
+    step = build_step(0, content="Looking up.", events=[event], model_latency_s=0.25, task="book Oslo")
 
-    assert step.text == 'Looking up. [lookup({"city": "Oslo"}) -> Error: 503]' == "Looking up. " + tool_text(step.tool_events)
+    assert step.kind is StepKind.TOOL_CALL
+    assert step.text == 'Looking up. [lookup({"city": "Oslo"}) -> Error: 503]' == "Looking up. " + format_tool_text([event])
     assert step.error and step.latency_s == 0.75 and step.task == "book Oslo"
 
 
+def test_a_call_that_never_returned_is_not_an_error():
+    assert tool_event("1", "lookup", {}, None, is_error=True).is_error is False
+    assert build_step(1, content="", events=[tool_event("1", "lookup", {}, None)], task="t").task is None
+
+
 def test_guard_default_assembles_the_layers_the_arguments_allow(tmp_path, sentinel_dir):
-    from guardrail.corpus import read_corpus
+    from guardrail.core.corpus import read_corpus
     from monitors import StepMonitor
     from monitors.model_file import save_monitor
 

@@ -15,9 +15,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 from adapters.langchain import GuardMiddleware
-from guardrail.events import Finding, Severity, StepKind
-from guardrail.guard import Guard
-from guardrail.layer import Layer
+from guardrail import Guard
+from guardrail.core.events import Finding, Severity, StepKind
+from guardrail.core.layer import Layer
 from tests.layers import MissingFileGate, Recorder
 
 

@@ -14,10 +14,10 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from adapters.otel import GuardSpanProcessor
-from guardrail.events import Finding, StepKind
-from guardrail.guard import Guard
-from guardrail.layer import Layer
+from adapters.span_processor import GuardSpanProcessor
+from guardrail import Guard
+from guardrail.core.events import Finding, StepKind
+from guardrail.core.layer import Layer
 
 MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
               "structured_output": False}

@@ -24,10 +24,10 @@ from adapters.swe_agent import (
     guess_sandbox_root,
     read_traj,
 )
-from guardrail.cli import main
-from guardrail.events import ActionKind, Finding, StepKind
-from guardrail.guard import Guard
-from guardrail.layer import Layer
+from guardrail import Guard
+from guardrail.core.cli import main
+from guardrail.core.events import ActionKind, Finding, StepKind
+from guardrail.core.layer import Layer
 
 TRAJ = Path(__file__).parent / "fixtures" / "traj"
 V0 = TRAJ / "v0_missing_test_file.traj"
@@ -110,7 +110,7 @@ def test_sandbox_root_is_the_ancestor_that_exists_locally(repo):
 
 
 def test_audit_blocks_the_recorded_actions_on_missing_files_with_the_real_gate(repo):
-    from guardrail.statemirror.layer import GateLayer
+    from guardrail.gate.layer import GateLayer
 
     rows = audit_trajectory(read_traj(V0), Guard([GateLayer(repo)], mode="intervene"), repo)
 
@@ -122,7 +122,7 @@ def test_audit_blocks_the_recorded_actions_on_missing_files_with_the_real_gate(r
 
 
 def test_audit_of_a_v1_file_follows_the_recorded_cd(repo):
-    from guardrail.statemirror.layer import GateLayer
+    from guardrail.gate.layer import GateLayer
 
     rows = audit_trajectory(read_traj(V1), Guard([GateLayer(repo)], mode="intervene"), repo)
 

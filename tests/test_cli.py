@@ -7,13 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guardrail.cli import main
-from guardrail.corpus import write_corpus
+from guardrail.core.cli import main
+from guardrail.core.corpus import write_corpus
 from tests.test_corpus import make_episode
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guardrail.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "guardrail.core.cli", *args], capture_output=True, text=True,
                           timeout=120)
 
 

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
 from adapters.sampling import SamplingChatCompletionClient, SelfConsistencyMiddleware
+from guardrail import Guard
 from guardrail.consistency import (
     ConsistencyGate,
     DeterminismRegistry,
@@ -25,8 +26,7 @@ from guardrail.consistency import (
     SelfConsistencyLayer,
     ToolSchema,
 )
-from guardrail.events import Verdict
-from guardrail.guard import Guard
+from guardrail.core.events import Verdict
 
 ORDERS = {"ORD-1": {"id": "ORD-1", "status": "shipped"}, "ORD-2": {"id": "ORD-2", "status": "paid"}}
 
@@ -200,13 +200,15 @@ async def test_when_most_candidates_answer_in_text_no_tool_runs_and_nothing_is_g
 async def test_harness_runs_autogen_function_tools_asynchronously():
     from autogen_core.tools import FunctionTool
 
+    from adapters.sampling import sandbox_tools
     from guardrail.consistency import ProposedCall
 
     async def get_order(order_id: str) -> str:
         """Look up an order by id."""
         return json.dumps(lookup_order(order_id))
 
-    harness = DryRunHarness({"get_order": FunctionTool(get_order, description="order lookup")}, epoch="s1")
+    harness = DryRunHarness(sandbox_tools([FunctionTool(get_order, description="order lookup", name="get_order")]),
+                            epoch="s1")
     ok, missing = await harness.arun([ProposedCall("get_order", {"order_id": "ORD-1"}),
                                       ProposedCall("get_order", {"order_id": "ORD-404"})])
     assert json.loads(ok.result)["status"] == "shipped"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from guardrail.cli import main
-from guardrail.consistency.testbed import MISDECLARED
-from guardrail.consistency_bench import run_benchmark
+from guardrail.core.cli import main
+from traces.bench.consistency import run_benchmark
+from traces.bench.consistency_sandbox import MISDECLARED
 
 REQUIRED = ("naive_fp_share", "separated_fp_share", "fabricated_recall_naive", "fabricated_recall_separated",
             "misdeclared_found", "n_plans", "added_us_per_sample")
@@ -49,7 +49,7 @@ def test_bad_options_get_a_clear_error(capsys):
 
 def test_naive_scorer_rejects_what_the_separated_gate_defers():
     from guardrail.consistency import ConsistencyGate, DeterminismRegistry, PlanSample, ToolSchema
-    from guardrail.consistency_bench import NaiveCombinedScorer
+    from traces.bench.consistency import NaiveCombinedScorer
 
     registry = DeterminismRegistry([ToolSchema("search_index", True, probe_args={"q": "x"})])
     registry.probe(lambda tool, args: [1, 2], epoch="e")

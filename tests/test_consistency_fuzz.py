@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from guardrail import Guard
 from guardrail.consistency import (
     CanonicalizationError,
     ConsistencyGate,
@@ -19,8 +20,7 @@ from guardrail.consistency import (
     canonical_result,
     classify_plan,
 )
-from guardrail.events import Action
-from guardrail.guard import Guard
+from guardrail.core.events import Action
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
 pytestmark = pytest.mark.fuzz

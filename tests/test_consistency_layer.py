@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from guardrail import Guard
 from guardrail.consistency import (
     ConsistencyGate,
     DeterminismRegistry,
@@ -9,8 +10,7 @@ from guardrail.consistency import (
     SelfConsistencyLayer,
     ToolSchema,
 )
-from guardrail.events import Action, Verdict
-from guardrail.guard import Guard
+from guardrail.core.events import Action, Verdict
 
 EPOCH = "snap-7"
 

@@ -6,7 +6,7 @@ import pytest
 
 from guardrail.consistency import ConsistencyGate, DeterminismRegistry, DeterminismStatus, PlanDecision
 from guardrail.consistency.harness import DryRunHarness, ProposedCall
-from guardrail.consistency.testbed import Sandbox
+from traces.bench.consistency_sandbox import Sandbox
 
 
 @pytest.fixture

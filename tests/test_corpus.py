@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guardrail import Episode, Step, StepKind, ToolEvent
-from guardrail.corpus import (
+from guardrail.core.corpus import (
     CorpusError,
     RejectedEntry,
     parse_tool_text,
@@ -149,7 +149,7 @@ def test_sentinel_steps_keep_their_telemetry(sentinel_dir: Path):
 def test_reading_a_shard_opens_only_its_episode_files(tmp_path: Path):
     write_corpus(tmp_path, [make_episode(f"ep-{i}") for i in range(4)])
     (tmp_path / "ep-0.jsonl").write_text("corrupt\n")  # never opened: not in the shard
-    from guardrail.corpus import read_episodes
+    from guardrail.core.corpus import read_episodes
 
     issues: list = []
     shard = read_episodes(tmp_path, ["ep-3", "ep-1", "missing"], issues=issues)
@@ -158,7 +158,7 @@ def test_reading_a_shard_opens_only_its_episode_files(tmp_path: Path):
 
 
 def test_reading_a_sentinel_shard_keeps_the_order_given(sentinel_dir: Path):
-    from guardrail.corpus import read_episodes
+    from guardrail.core.corpus import read_episodes
 
     shard = read_episodes(sentinel_dir / "autogen7b", ["autogen-healthy-003", "autogen-looping-000"])
     assert [e.episode_id for e in shard] == ["autogen-healthy-003", "autogen-looping-000"]

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from guardrail.demo import _print_summary, run_demo
+from traces.demo import _print_summary, run_demo
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_describe_keeps_messages_short():
 
 
 def test_model_argument_text_becomes_a_dict_only_when_it_is_a_json_object():
-    from guardrail.events import parse_call_arguments
+    from guardrail.core.events import parse_call_arguments
 
     assert parse_call_arguments('{"city": "Oslo"}') == {"city": "Oslo"}
     assert parse_call_arguments("") == {} and parse_call_arguments(None) == {}

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from guardrail import Action, Episode, Finding, Guard, Layer, Result, Step, StepKind, ToolEvent
-from guardrail.corpus import parse_tool_text, read_corpus, step_from_sentinel, write_corpus
-from guardrail.telemetry import redact
+from guardrail.core.corpus import parse_tool_text, read_corpus, step_from_sentinel, write_corpus
+from guardrail.core.spans import redact
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
 pytestmark = pytest.mark.fuzz

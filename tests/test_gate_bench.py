@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.cli import main
-from guardrail.statemirror.bench import Case, build_cases, confirm_label, scores
+from guardrail.core.cli import main
+from traces.bench.gate import Case, build_cases, confirm_label, scores
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.statemirror import Gate, Outcome, fsview
+from guardrail.gate import Gate, Outcome, fsview
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 BUDGET_S = 10.0  # generous: these tests pin behaviour on a shared machine; speed lives in the benchmark

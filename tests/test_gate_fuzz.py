@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardrail import Action, Guard
-from guardrail.statemirror import Gate, GateLayer
-from guardrail.statemirror.cli import _run_batch
-from guardrail.statemirror.extract_aci import ACI_SIGNATURES
+from guardrail.gate import Gate, GateLayer
+from guardrail.gate.cli import _run_batch
+from guardrail.gate.extract_aci import ACI_SIGNATURES
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
 pytestmark = pytest.mark.fuzz

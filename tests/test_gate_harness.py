@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.statemirror import EditorState, Gate, GateState
+from guardrail.gate import EditorState, Gate, GateState
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 # Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).
@@ -155,8 +155,8 @@ def test_tool_schema_from_json_schema_and_callable(proj: Path) -> None:
 
 
 def test_newer_syntax_than_the_target_runs_is_a_runtime_version_violation(proj: Path) -> None:
-    from guardrail.statemirror.extract_python import extract_python
-    from guardrail.statemirror.scope import Scope
+    from guardrail.gate.extract_python import extract_python
+    from guardrail.gate.scope import Scope
 
     code = "match x:\n    case 1:\n        pass\n"
     found = extract_python(code, Scope(str(proj), str(proj)), search=(), necessary=True, origin="t",

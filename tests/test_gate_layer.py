@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from guardrail import Action, Guard, Result
-from guardrail.cli import main
-from guardrail.events import Verdict
-from guardrail.statemirror import GateLayer
+from guardrail.core.cli import main
+from guardrail.core.events import Verdict
+from guardrail.gate import GateLayer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 # Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).

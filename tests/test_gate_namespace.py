@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.statemirror import Gate, Outcome
-from guardrail.statemirror.index import ModuleIndex, module_symbols, target_python
+from guardrail.gate import Gate, Outcome
+from guardrail.gate.index import ModuleIndex, module_symbols, target_python
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 # Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).

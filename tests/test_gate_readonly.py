@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.statemirror import Gate
-from guardrail.statemirror.index import target_python
+from guardrail.gate import Gate
+from guardrail.gate.index import target_python
 
 # Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).
 BUDGET_S = 10.0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.statemirror import Gate
-from guardrail.statemirror.extract_shell import split_commands
+from guardrail.gate import Gate
+from guardrail.gate.extract_shell import split_commands
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 # Generous: these tests pin behaviour, not speed, on a shared loaded machine (speed is `guardrail bench gate`).

@@ -8,7 +8,7 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 from guardrail import Action, Finding, Guard, Layer, Result, Severity, Step, StepKind
-from guardrail import telemetry as tm
+from guardrail.core import spans as tm
 
 
 class Gate(Layer):

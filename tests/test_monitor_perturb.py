@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guardrail.events import Episode, Step, StepKind, ToolEvent
+from guardrail.core.events import Episode, Step, StepKind, ToolEvent
 from monitors.monitor import StepMonitor
 from monitors.perturb import PERTURBATIONS, perturb
 

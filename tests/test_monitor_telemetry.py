@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from guardrail.events import Episode, Step, StepKind, ToolEvent
-from monitors.telemetry import Telemetry, _hash_trigrams
+from guardrail.core.events import Episode, Step, StepKind, ToolEvent
+from monitors.features import Telemetry, _hash_trigrams
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 
+from adapters.autogen_repair import AutoGenRun, AutoGenStepLog, arepair_autogen, arun_autogen
 from guardrail import Finding, Guard
-from repair import AutoGenRun, AutoGenStepLog, CheckpointError, CircuitBreaker, Repairer
+from repair import CheckpointError, CircuitBreaker, Repairer
 from tests.layers import AnswerCheck
 from traces.agents import SYSTEM_PROMPT
 from traces.injectors import Looping, make_injector
@@ -67,7 +68,7 @@ async def test_fork_restores_the_state_before_the_target_step_and_reruns_live() 
     saved = copy.deepcopy(run.states)
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=3)
 
-    outcome = await Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located").arepair_autogen(
+    outcome = await arepair_autogen(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located"),
         log, run, [flag])
 
     attempt = outcome.attempts[0]
@@ -75,7 +76,7 @@ async def test_fork_restores_the_state_before_the_target_step_and_reruns_live() 
     assert booking.answer_is_right(outcome.answer)
     assert booking.model_calls == 4 + attempt.extra_model_calls
     assert len(booking.tool_calls) == 3 + attempt.extra_model_calls - 1
-    forked = outcome.autogen_run
+    forked = outcome.delivered
     assert forked is not None and forked.states[:3] == saved[:3]  # the prefix is the saved state, reused
     hint = forked.states[-1]["llm_context"]["messages"][7]
     assert hint["type"] == "UserMessage" and hint["content"].startswith("The check `verify/total_consistency`")
@@ -89,7 +90,7 @@ async def test_fork_from_task_start_calls_every_tool_again() -> None:
     original_calls = list(booking.tool_calls)
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=0)
 
-    outcome = await Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located").arepair_autogen(
+    outcome = await arepair_autogen(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located"),
         log, run, [flag])
 
     assert outcome.attempts[0].target_step == 0 and outcome.outcome == "repaired"
@@ -99,7 +100,7 @@ async def test_fork_from_task_start_calls_every_tool_again() -> None:
 
 async def test_online_run_repairs_before_the_answer(spans: Any) -> None:
     booking = Booking()
-    outcome = await Repairer(Guard([AnswerCheck(booking.task)], mode="intervene")).arun_autogen(
+    outcome = await arun_autogen(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene")),
         booking.agent, booking.task.prompt, tools=booking.task.tools)
 
     assert outcome.outcome == "repaired" and booking.answer_is_right(outcome.answer)
@@ -114,8 +115,8 @@ async def test_contract_violation_is_escalated_and_never_retried() -> None:
     spec = pick_spec(booking.task.tools, [booking.task.prompt])
     received = []
 
-    outcome = await Repairer(Guard([VerifierLayer(spec)], mode="intervene"),
-                             on_escalate=received.append).arun_autogen(booking.agent, booking.task.prompt)
+    outcome = await arun_autogen(Repairer(Guard([VerifierLayer(spec)], mode="intervene"),
+                             on_escalate=received.append), booking.agent, booking.task.prompt)
 
     assert outcome.outcome == "escalated" and outcome.attempts == []
     assert [e.reason for e in received] == ["contract_violation"]
@@ -126,11 +127,11 @@ async def test_contract_violation_is_escalated_and_never_retried() -> None:
 async def test_circuit_breaker_ends_a_loop_trap_fast() -> None:
     unbounded = Booking(arithmetic_rate=0.0, fault=Looping(onset=0), max_steps=30, max_obeyed_retries=40)
     # Report mode never ends a run, so the trap runs to the agent's own 30-step limit, as before a breaker.
-    outcome = await Repairer(Guard([], mode="report")).arun_autogen(unbounded.agent, unbounded.task.prompt)
+    outcome = await arun_autogen(Repairer(Guard([], mode="report")), unbounded.agent, unbounded.task.prompt)
     assert outcome.outcome == "clean" and unbounded.model_calls == 30
 
     trapped = Booking(arithmetic_rate=0.0, fault=Looping(onset=0), max_steps=30, max_obeyed_retries=40)
-    outcome = await Repairer(Guard([], mode="intervene"), breaker=CircuitBreaker()).arun_autogen(
+    outcome = await arun_autogen(Repairer(Guard([], mode="intervene"), breaker=CircuitBreaker()),
         trapped.agent, trapped.task.prompt)
     assert outcome.outcome == "halted" and outcome.trip is not None and outcome.trip.reason == "loop"
     assert trapped.model_calls <= 10
@@ -150,7 +151,7 @@ async def test_a_saved_run_loads_back_and_forks_from_disk(tmp_path: Any) -> None
 
     loaded = AutoGenRun.load(tmp_path / "run.json")
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=3)
-    outcome = await Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located").arepair_autogen(
+    outcome = await arepair_autogen(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located"),
         log, loaded, [flag])
 
     assert loaded.states == run.states and loaded.answer == run.answer

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from guardrail.cli import main
-from repair.bench import JSON_KEYS, mcnemar_exact
+from guardrail.core.cli import main
+from traces.bench.repair import JSON_KEYS, mcnemar_exact
 
 
 def test_mcnemar_counts_only_discordant_pairs() -> None:

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, ToolMessage
 
+from adapters.steps import RESULT_CAP, steps_from_autogen_context, steps_from_langchain
 from guardrail import Finding
-from repair.checkpoints import RESULT_CAP, steps_from_autogen_context, steps_from_messages
 from repair.rungs import RUNGS, RungNotApplicable, make_hint
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
@@ -37,7 +37,7 @@ def test_autogen_steps_keep_whatever_arguments_the_model_emitted(arguments: str,
 def test_langchain_steps_cap_tool_results_and_count_their_full_size(args: dict, size: int) -> None:
     messages = [AIMessage(content="", tool_calls=[{"name": "lookup", "args": args, "id": "c1"}]),
                 ToolMessage(content="x" * size, tool_call_id="c1")]
-    (step,) = steps_from_messages(messages)
+    (step,) = steps_from_langchain(messages)
     event = step.tool_events[0]
     assert len(event.result or "") == min(size, RESULT_CAP)
     assert event.result_chars == size and event.result_truncated == (size > RESULT_CAP)

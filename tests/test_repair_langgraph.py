@@ -15,9 +15,14 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
+from adapters.langgraph_repair import (
+    LangGraphCheckpoints,
+    repair_langgraph,
+    run_langgraph,
+    sqlite_checkpointer,
+)
 from guardrail import Finding, Guard, Layer, Severity
-from repair import CircuitBreaker, Repairer, sqlite_checkpointer
-from repair.checkpoints import LangGraphCheckpoints
+from repair import CircuitBreaker, Repairer
 from tests.layers import AnswerCheck
 from traces.agents import build_langgraph_agent
 from traces.injectors import ContextCorruption, Looping, make_injector
@@ -80,7 +85,7 @@ def test_fork_starts_at_the_checkpoint_before_the_target_step_and_reruns_live(bo
     assert booking.model.calls == 4 and len(booking.tool_calls) == 3
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=3)
 
-    outcome = Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located").repair_langgraph(
+    outcome = repair_langgraph(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located"),
         booking.graph, booking.config, [flag])
 
     attempt = outcome.attempts[0]
@@ -101,7 +106,7 @@ def test_fork_from_task_start_reexecutes_every_tool_call(booking: Booking) -> No
     original_calls = list(booking.tool_calls)
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=0)
 
-    outcome = Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="generic").repair_langgraph(
+    outcome = repair_langgraph(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="generic"),
         booking.graph, booking.config, [flag])
 
     assert outcome.attempts[0].target_step == 0 and outcome.outcome == "repaired"
@@ -117,7 +122,7 @@ def test_original_branch_is_untouched_by_repair(booking: Booking) -> None:
     wrong_answer = original.messages()[-1].content
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=3)
 
-    Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located").repair_langgraph(
+    repair_langgraph(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="located"),
         booking.graph, booking.config, [flag])
 
     assert branch_fingerprint(original) == fingerprint
@@ -129,8 +134,8 @@ def test_resample_replays_a_seeded_slip_and_the_breaker_ends_the_ladder(booking:
     booking.run()
     flag = Finding(layer="verify", check="total_consistency", message="wrong total", blocking=True, step=3)
 
-    outcome = Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="resample",
-                       breaker=CircuitBreaker(max_attempts=2)).repair_langgraph(booking.graph, booking.config, [flag])
+    outcome = repair_langgraph(Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"), rung="resample",
+                       breaker=CircuitBreaker(max_attempts=2)), booking.graph, booking.config, [flag])
 
     assert [a.outcome for a in outcome.attempts] == ["still_flagged", "still_flagged"]
     assert outcome.outcome == "halted" and outcome.trip is not None and outcome.trip.reason == "repair_exhausted"
@@ -141,7 +146,7 @@ def test_resample_replays_a_seeded_slip_and_the_breaker_ends_the_ladder(booking:
 def test_online_intervene_repairs_before_the_answer_and_traces_each_attempt(booking: Booking, spans: Any) -> None:
     repairer = Repairer(Guard([AnswerCheck(booking.task)], mode="intervene"))
 
-    outcome = repairer.run_langgraph(booking.graph, booking.inputs, booking.config, tools=booking.task.tools)
+    outcome = run_langgraph(repairer, booking.graph, booking.inputs, booking.config, tools=booking.task.tools)
 
     assert outcome.outcome == "repaired"
     assert not booking.answer_is_right(outcome.original_answer) and booking.answer_is_right(outcome.answer)
@@ -172,7 +177,7 @@ def test_live_alarm_stops_the_run_at_once_and_repairs_from_before_the_alarm(tmp_
     booking = Booking(tmp_path / "runs.db", seed=TOUR_SEED, arithmetic_rate=0.0,
                       fault=ContextCorruption(onset=1, duration=1, seed=TOUR_SEED))  # one corrupted result
 
-    outcome = Repairer(Guard([SpliceAlarm(), AnswerCheck(booking.task)], mode="intervene")).run_langgraph(
+    outcome = run_langgraph(Repairer(Guard([SpliceAlarm(), AnswerCheck(booking.task)], mode="intervene")),
         booking.graph, booking.inputs, booking.config)
 
     assert outcome.findings[0].check == "hybrid" and outcome.findings[0].step == 1
@@ -187,7 +192,7 @@ def test_alarm_from_a_broken_tool_is_retried_then_halted(tmp_path: Path) -> None
                       fault=ContextCorruption(onset=1, seed=TOUR_SEED))  # every result from call 1 on
     received = []
 
-    outcome = Repairer(Guard([SpliceAlarm()], mode="intervene"), on_escalate=received.append).run_langgraph(
+    outcome = run_langgraph(Repairer(Guard([SpliceAlarm()], mode="intervene"), on_escalate=received.append),
         booking.graph, booking.inputs, booking.config)
 
     assert [a.outcome for a in outcome.attempts] == ["still_flagged", "still_flagged"]
@@ -196,7 +201,7 @@ def test_alarm_from_a_broken_tool_is_retried_then_halted(tmp_path: Path) -> None
 
 
 def test_report_mode_logs_the_repair_and_forks_nothing(booking: Booking, spans: Any) -> None:
-    outcome = Repairer(Guard([AnswerCheck(booking.task)], mode="report")).run_langgraph(
+    outcome = run_langgraph(Repairer(Guard([AnswerCheck(booking.task)], mode="report")),
         booking.graph, booking.inputs, booking.config)
 
     assert outcome.outcome == "logged" and not booking.answer_is_right(outcome.answer)
@@ -212,7 +217,7 @@ def test_contract_violation_is_escalated_and_never_retried(tmp_path: Path) -> No
     spec = pick_spec(booking.task.tools, [booking.task.prompt])
     received = []
 
-    outcome = Repairer(Guard([VerifierLayer(spec)], mode="intervene"), on_escalate=received.append).run_langgraph(
+    outcome = run_langgraph(Repairer(Guard([VerifierLayer(spec)], mode="intervene"), on_escalate=received.append),
         booking.graph, booking.inputs, booking.config)
 
     assert outcome.outcome == "escalated" and outcome.attempts == []
@@ -242,9 +247,9 @@ def test_a_fork_that_breaks_a_tool_contract_is_escalated_not_retried(booking: Bo
     def failing_handler(event: Any) -> None:
         raise RuntimeError("the application's handler is broken")  # must not break the repair
 
-    outcome = Repairer(Guard([ContractInForks(), AnswerCheck(booking.task)], mode="intervene"),
+    outcome = repair_langgraph(Repairer(Guard([ContractInForks(), AnswerCheck(booking.task)], mode="intervene"),
                        on_escalate=failing_handler, max_attempts=3,
-                       breaker=CircuitBreaker(max_attempts=3)).repair_langgraph(booking.graph, booking.config, [flag])
+                       breaker=CircuitBreaker(max_attempts=3)), booking.graph, booking.config, [flag])
 
     assert [a.outcome for a in outcome.attempts] == ["still_flagged"]
     assert outcome.outcome == "escalated" and outcome.escalation is not None
@@ -257,7 +262,7 @@ def test_circuit_breaker_ends_a_loop_trap_fast(tmp_path: Path) -> None:
         # The loop trap: a tool that keeps asking for the same query again, and an obedient agent.
         trap = Booking(tmp_path / f"{name}.db", arithmetic_rate=0.0, fault=Looping(onset=0),
                        max_steps=30, max_obeyed_retries=40)
-        outcome = Repairer(Guard([], mode="intervene"), breaker=breaker).run_langgraph(
+        outcome = run_langgraph(Repairer(Guard([], mode="intervene"), breaker=breaker),
             trap.graph, trap.inputs, trap.config)
         calls[name] = trap.model.calls
         if breaker is not None:
@@ -270,9 +275,9 @@ def test_circuit_breaker_ends_a_loop_trap_fast(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys
     sys.path.insert(0, {tests!r})
+    from adapters.langgraph_repair import LangGraphCheckpoints, repair_langgraph
     from guardrail import Finding, Guard, Layer, Severity
     from repair import Repairer
-    from repair.checkpoints import LangGraphCheckpoints
     import test_repair_langgraph as t
 
     booking = t.Booking({db!r})
@@ -286,7 +291,8 @@ KILL_SCRIPT = textwrap.dedent("""
             if ":repair-" in ctx.episode_id and step.index >= 1:
                 os.kill(os.getpid(), signal.SIGKILL)  # die mid-fork, between two checkpoint writes
     flag = Finding(layer="verify", check="total_consistency", message="wrong", blocking=True, step=0)
-    Repairer(Guard([Kill()], mode="intervene"), rung="generic").repair_langgraph(booking.graph, booking.config, [flag])
+    repair_langgraph(Repairer(Guard([Kill()], mode="intervene"), rung="generic"), booking.graph, booking.config,
+                     [flag])
 """)
 
 

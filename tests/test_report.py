@@ -7,10 +7,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from guardrail.cli import main
-from guardrail.corpus import read_corpus, write_corpus
-from guardrail.events import Finding
-from guardrail.report import ReportData, score_corpora, write_report
+from guardrail.app.report import ReportData, score_corpora, write_report
+from guardrail.core.cli import main
+from guardrail.core.corpus import read_corpus, write_corpus
+from guardrail.core.events import Finding
 from monitors import StepMonitor
 from monitors.model_file import save_monitor
 

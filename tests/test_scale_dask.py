@@ -10,13 +10,13 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from guardrail.corpus import CorpusError, read_corpus
-from guardrail.engine import LocalEngine, make_engine
+from guardrail.core.corpus import CorpusError, read_corpus
+from guardrail.core.engine import LocalEngine, make_engine
 
 distributed = pytest.importorskip("distributed", reason="the dask engine needs 'distributed' "
                                   "(pip install 'guardrail[scale]')")
 
-from guardrail.engine_dask import DaskEngine  # noqa: E402 - after the importorskip on purpose
+from guardrail.core.engine_dask import DaskEngine  # noqa: E402 - after the importorskip on purpose
 
 # Worker processes cannot import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -44,7 +44,7 @@ def shards(sentinel_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def small_corpus(sentinel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The first 80 autogen7b episodes as a corpus of our own: three CLI shards of 32, small enough to run twice."""
-    from guardrail.corpus import write_corpus
+    from guardrail.core.corpus import write_corpus
 
     out = tmp_path_factory.mktemp("corpus") / "autogen80"
     write_corpus(out, read_corpus(sentinel_dir / "autogen7b").episodes[:80])
@@ -127,7 +127,7 @@ def model_file(sentinel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def test_monitor_scores_and_alarms_are_identical_on_local_and_dask(user_cluster, shards, small_corpus, model_file):
-    from guardrail.scale_bench import results_equal, score_shard, score_tasks
+    from traces.bench.scale import results_equal, score_shard, score_tasks
 
     tasks = score_tasks([Path(small_corpus), Path(shards[-1])], model_file)
     local = LocalEngine().map(score_shard, tasks)
@@ -142,7 +142,7 @@ def test_monitor_scores_and_alarms_are_identical_on_local_and_dask(user_cluster,
 def test_results_equal_catches_a_changed_score_an_alarm_or_an_order(shards, model_file):
     import copy
 
-    from guardrail.scale_bench import results_equal, score_shard, score_tasks
+    from traces.bench.scale import results_equal, score_shard, score_tasks
 
     reference = [score_shard(score_tasks([Path(shards[-1])], model_file)[0])]
     assert results_equal(reference, copy.deepcopy(reference))
@@ -162,7 +162,7 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def test_verify_cli_gives_the_same_records_on_dask_and_local(user_cluster, small_corpus, capsys):
-    from guardrail.cli import main
+    from guardrail.core.cli import main
 
     corpus = small_corpus
     assert main(["verify", corpus, "--json"]) in (0, 1)
@@ -174,7 +174,7 @@ def test_verify_cli_gives_the_same_records_on_dask_and_local(user_cluster, small
 
 def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_cluster, small_corpus, model_file,
                                                                        capsys):
-    from guardrail.cli import main
+    from guardrail.core.cli import main
 
     corpus = small_corpus
     assert main(["score", corpus, "--model", str(model_file), "--json"]) == 0
@@ -192,7 +192,7 @@ def test_score_cli_gives_the_same_scores_and_alarms_on_dask_and_local(user_clust
 def test_fit_cli_writes_the_same_model_on_dask_and_local(user_cluster, small_corpus, tmp_path):
     import numpy as np
 
-    from guardrail.cli import main
+    from guardrail.core.cli import main
     from monitors.model_file import read_header
 
     corpus = small_corpus
@@ -210,7 +210,7 @@ def test_fit_cli_writes_the_same_model_on_dask_and_local(user_cluster, small_cor
 
 
 def test_scale_bench_reports_each_configuration_with_the_equality_check(user_cluster, shards, model_file, capsys):
-    from guardrail.cli import main
+    from guardrail.core.cli import main
 
     code = main(["bench", "scale", "--corpus", shards[-1], shards[1], "--model", str(model_file), "--address",
                  user_cluster.scheduler_address, "--repeats", "1", "--json"])

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from guardrail import Action, Finding, Guard, Layer, Result, Severity, Step, StepKind
-from guardrail.otel import configure_tracing, otlp_configured
+from guardrail.core.otlp import configure_tracing, otlp_configured
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET_ARGUMENT = "launch-codes-0000"
@@ -143,7 +143,7 @@ def test_guard_spans_reach_the_receiver_through_the_env_configured_exporter(otlp
         sys.path.insert(0, {str(REPO)!r})
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from guardrail import Guard
-        from guardrail.otel import configure_tracing
+        from guardrail.core.otlp import configure_tracing
         from test_scale_otlp import ForbiddenCommand, run_guarded_episode
 
         provider = configure_tracing("scale-test-agent")

@@ -218,7 +218,7 @@ def agent_worker(dsn: str) -> Iterator[dict[str, Any]]:
 
 
 def _branch(graph: Any, head_config: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
-    from repair.checkpoints import LangGraphCheckpoints
+    from adapters.langgraph_repair import LangGraphCheckpoints
 
     return [(s.config["configurable"]["checkpoint_id"],
              [(type(m).__name__, str(m.content)) for m in s.values.get("messages", [])])
@@ -228,13 +228,14 @@ def _branch(graph: Any, head_config: dict[str, Any]) -> list[tuple[str, list[tup
 def test_repair_rolls_back_and_reruns_a_thread_another_worker_started(postgres_dsn):
     from langchain_core.messages import HumanMessage
 
+    from adapters.langgraph_repair import repair_langgraph, run_langgraph
     from guardrail import Finding, Guard
     from repair import Repairer
 
     config = {"configurable": {"thread_id": f"booking-{uuid.uuid4().hex}"}}
     # Worker A runs the agent under the guard in report mode: the wrong total is flagged, nothing re-run.
     with agent_worker(postgres_dsn) as worker_a:
-        logged = Repairer(Guard([_total_check()], mode="report")).run_langgraph(
+        logged = run_langgraph(Repairer(Guard([_total_check()], mode="report")),
             worker_a["graph"], {"messages": [HumanMessage("Price the flight and the hotel; give the total.")]},
             config)
         original_head = worker_a["graph"].get_state(config).config
@@ -247,7 +248,7 @@ def test_repair_rolls_back_and_reruns_a_thread_another_worker_started(postgres_d
     # Worker B never saw the run: it reads the thread from Postgres, rolls back and re-runs it.
     with agent_worker(postgres_dsn) as worker_b:
         flags = [Finding.model_validate_json(text) for text in handed_over]
-        outcome = Repairer(Guard([_total_check()], mode="intervene"), rung="located").repair_langgraph(
+        outcome = repair_langgraph(Repairer(Guard([_total_check()], mode="intervene"), rung="located"),
             worker_b["graph"], config, flags)
         b_model_calls, b_tool_calls = worker_b["model"].calls, list(worker_b["tool_calls"])
     assert outcome.outcome == "repaired" and outcome.answer == "total = 195"

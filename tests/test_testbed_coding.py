@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from traces.bench.coding import summarize
 from traces.coding.agent import CodingAgent, make_coding_tasks
-from traces.coding.bench import summarize
 from traces.coding.project import ProjectIndex, fetch_sdist
 
 CORE = '''"""A tiny library."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from guardrail.cli import main
-from guardrail.corpus import RejectedEntry, read_corpus
-from guardrail.events import Episode
+from guardrail.core.cli import main
+from guardrail.core.corpus import RejectedEntry, read_corpus
+from guardrail.core.events import Episode
 from traces.collect import ALL_CLASSES, collect_episode, requested_labels
 from traces.tools import BookingDB
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.corpus import read_corpus
+from guardrail.core.corpus import read_corpus
 from traces.collect import ALL_CLASSES
 
 CORPORA = Path(__file__).resolve().parents[1] / "traces" / "corpora"

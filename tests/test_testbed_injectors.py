@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from guardrail.corpus import RejectedEntry
-from guardrail.events import Episode, ToolEvent
+from guardrail.core.corpus import RejectedEntry
+from guardrail.core.events import Episode, ToolEvent
 from traces.agents import run_langgraph_episode
 from traces.collect import label_run
 from traces.injectors import INJECTED_CLASSES, LOOP_MESSAGE, make_injector

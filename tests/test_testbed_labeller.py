@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from guardrail.events import Episode, Step, StepKind, ToolEvent
+from guardrail.core.events import Episode, Step, StepKind, ToolEvent
 from traces.agents import run_langgraph_episode
 from traces.labeller import grade_episode
 from traces.policy import Policy

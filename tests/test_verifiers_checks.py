@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from guardrail.events import Episode, Step, StepKind, ToolEvent
+from guardrail.core.events import Episode, Step, StepKind, ToolEvent
 from verifiers import Contract, ContractError, contracts_for, load_spec, verify_episode
 
 SPEC = load_spec("booking_tour")
@@ -224,6 +224,13 @@ def test_respectively_lists_pair_cities_and_weather_by_position():
                                     '{"name": "lookup_flight", "arguments": {"origin": "Osaka"}}'])
 def test_an_empty_or_bare_tool_call_answer_is_incomplete(answer):
     assert "completion" in checks_flagged(tour(answer=answer))
+
+
+@pytest.mark.parametrize("answer", ["Done (total $512)", "The total is $1108.", "Booked (see above)."])
+def test_a_real_answer_with_parentheses_is_complete(answer):
+    # The monitor once had its own completion check that read "Done (total $512)" as a bare tool call;
+    # there is one completion check now, and a sentence is an answer.
+    assert "completion" not in checks_flagged(tour(answer=answer))
 
 
 def test_a_run_that_ends_on_a_tool_call_is_incomplete():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.cli import main
-from guardrail.corpus import read_corpus, write_corpus
-from guardrail.engine import LocalEngine
+from guardrail.core.cli import main
+from guardrail.core.corpus import read_corpus, write_corpus
+from guardrail.core.engine import LocalEngine
 from verifiers.cli import shards_for, verify_shard
 
 COLD_IDS = ["organic-demo-000", "organic-demo-001", "organic-demo-002", "organic-demo-096"]

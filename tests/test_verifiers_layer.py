@@ -10,8 +10,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
 from adapters.langchain import GuardMiddleware
-from guardrail.events import Action, Result, Step, StepKind, ToolEvent, Verdict
-from guardrail.guard import Guard
+from guardrail import Guard
+from guardrail.core.events import Action, Result, Step, StepKind, ToolEvent, Verdict
 from verifiers import VerifierLayer
 
 FLIGHTS = {("Osaka", "Prague"): 364, ("Prague", "Bergen"): 410, ("Bergen", "Tunis"): 222, ("Tunis", "Osaka"): 179}

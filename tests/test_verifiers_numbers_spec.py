@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from guardrail.events import Episode, Step, StepKind, ToolEvent
+from guardrail.core.events import Episode, Step, StepKind, ToolEvent
 from tests.fuzzing import FUZZ, nasty_text
 from verifiers import (
     NumberFormatError,

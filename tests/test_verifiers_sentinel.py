@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.corpus import read_corpus
-from guardrail.events import Episode
+from guardrail.core.corpus import read_corpus
+from guardrail.core.events import Episode
 from verifiers import load_spec, verify_episode
 from verifiers.cli import corpus_spec
 

@@ -8,7 +8,7 @@ Public API (small on purpose):
 - ``BookingDB()``, ``booking_tools(db, fault=None) -> ToolBox`` (``.langchain_tools()``, ``.autogen_tools()``).
 - ``run_langgraph_episode(task, policy, *, checkpointer=None, middleware=(), thread_id=None, toolbox=None)``
   and ``run_autogen_episode(task, policy, *, workbench=None, toolbox=None)`` (``arun_autogen_episode`` in a loop)
-  return a ``guardrail.events.Episode``; ``build_langgraph_agent`` / ``build_autogen_agent`` give the agents.
+  return a ``guardrail.core.events.Episode``; ``build_langgraph_agent`` / ``build_autogen_agent`` give the agents.
 
 Beyond the agents: ``traces.injectors.make_injector(class, onset=, seed=)`` (tool-layer faults),
 ``traces.labeller.grade_episode(episode, task)`` (organic labels from ground truth),

@@ -15,8 +15,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from guardrail.corpus import format_tool_text
-from guardrail.events import Episode, Step, StepKind, ToolEvent, parse_call_arguments
+from adapters.steps import (
+    LATENCY_KEY,
+    step_from_autogen_result,
+    steps_from_autogen_events,
+    steps_from_langchain,
+)
+from guardrail.core.events import Episode, Step, parse_call_arguments
 from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
 from traces.policy import Policy
 from traces.tasks import Task
@@ -36,24 +41,6 @@ __all__ = [
 
 SYSTEM_PROMPT = ("You are a careful booking assistant. Call the tools for every figure you need, never guess, "
                  "and finish with one line stating the total in USD.")
-
-
-def _step(index: int, content: str, events: list[ToolEvent], logprobs: list[float], model_latency: float | None,
-          output_tokens: int | None, task: Task) -> Step:
-    text = " ".join(part for part in (content.strip(), format_tool_text(events)) if part)
-    tool_latency = sum(e.latency_s or 0.0 for e in events)
-    return Step(
-        index=index,
-        kind=StepKind.TOOL_CALL if events else StepKind.FINAL,
-        text=text,
-        tool_events=events,
-        token_logprobs=logprobs,
-        logprobs_available=bool(logprobs),
-        latency_s=None if model_latency is None else round(model_latency + tool_latency, 6),
-        output_tokens=output_tokens,
-        error=any(e.is_error for e in events),
-        task=task.prompt if index == 0 else None,
-    )
 
 
 def match_tool_log(episode: Episode, log: Sequence[ToolCallRecord]) -> list[tuple[int, ToolCallRecord]]:
@@ -87,14 +74,16 @@ def _episode(task: Task, steps: list[Step], *, framework: str, model: str, episo
     )
 
 
-def _fill_latencies(steps: list[Step], log: Sequence[ToolCallRecord]) -> None:
+def _tool_latencies(calls: Sequence[tuple[str, str, Any]], log: Sequence[ToolCallRecord]) -> dict[str, float]:
+    """Call id -> the seconds the toolbox measured, pairing (id, name, args) calls with log records in order."""
     unused = list(log)
-    for step in steps:
-        for event in step.tool_events:
-            for position, record in enumerate(unused):
-                if record.name == event.name and record.args == event.args:
-                    event.latency_s = round(unused.pop(position).latency_s, 6)
-                    break
+    latencies: dict[str, float] = {}
+    for call_id, name, args in calls:
+        for position, record in enumerate(unused):
+            if record.name == name and record.args == args:
+                latencies[call_id] = round(unused.pop(position).latency_s, 6)
+                break
+    return latencies
 
 
 # --------------------------------------------------------------------------- LangGraph
@@ -112,26 +101,18 @@ def build_langgraph_agent(task: Task, policy: Policy, *, toolbox: ToolBox, check
 def episode_from_langchain(messages: Sequence[BaseMessage], task: Task, policy: Policy, *,
                            log: Sequence[ToolCallRecord] = (), episode_id: str | None = None,
                            model: str = "scripted-policy", meta: dict[str, Any] | None = None) -> Episode:
-    """An `Episode` from a LangChain agent's message list: one step per AIMessage with the ToolMessages it got."""
-    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    steps: list[Step] = []
+    """An `Episode` from a LangChain agent's message list, through the adapters' one step path.
+
+    Tool latencies the toolbox measured are stamped on ToolMessages that carry none yet (a guarded run's
+    middleware stamps its own), so the stored steps are what `adapters.steps` makes of these messages.
+    """
+    calls = [(c["id"] or "", c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    latencies = _tool_latencies(calls, log)
     for message in messages:
-        if not isinstance(message, AIMessage):
-            continue
-        events = []
-        for call in message.tool_calls:
-            answer = results.get(call["id"] or "")
-            output = None if answer is None else str(answer.content)
-            events.append(ToolEvent(id=call["id"] or "", name=call["name"], args=dict(call["args"]), result=output,
-                                    result_chars=None if output is None else len(output),
-                                    is_error=answer is None or answer.status == "error"))
-        logprob_block = message.response_metadata.get("logprobs") or {}
-        logprobs = [float(t["logprob"]) for t in logprob_block.get("content") or []]
-        usage: dict[str, Any] = dict(message.usage_metadata or {})
-        content = message.content if isinstance(message.content, str) else str(message.content)
-        steps.append(_step(len(steps), content, events, logprobs, message.response_metadata.get("latency_s"),
-                           usage.get("output_tokens"), task))
-    _fill_latencies(steps, log)
+        if isinstance(message, ToolMessage) and LATENCY_KEY not in message.response_metadata:
+            if message.tool_call_id in latencies:
+                message.response_metadata[LATENCY_KEY] = latencies[message.tool_call_id]
+    steps = steps_from_langchain(messages, task=task.prompt)
     return _episode(task, steps, framework="langgraph", model=model, episode_id=episode_id, policy=policy,
                     meta=meta or {})
 
@@ -176,21 +157,13 @@ def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletion
                                               model=str(getattr(client, "model_name", None) or type(client).__name__),
                                               meta=meta)
     executed = {r.call_id: r for m in messages if isinstance(m, ToolCallExecutionEvent) for r in m.content}
-    steps: list[Step] = []
-    for result, latency in zip(client.results, client.latencies, strict=True):
-        logprobs = [float(lp.logprob) for lp in result.logprobs or []]
-        events = []
-        content = result.content if isinstance(result.content, str) else (result.thought or "")
-        if isinstance(result.content, list):
-            for call in result.content:
-                args = parse_call_arguments(call.arguments)
-                answer = executed.get(call.id)
-                output = None if answer is None else answer.content
-                events.append(ToolEvent(id=call.id, name=call.name, args=args, result=output,
-                                        result_chars=None if output is None else len(output),
-                                        is_error=answer is None or bool(answer.is_error)))
-        steps.append(_step(len(steps), content, events, logprobs, latency, result.usage.completion_tokens, task))
-    _fill_latencies(steps, log)
+    calls = [(c.id, c.name, parse_call_arguments(c.arguments)) for r in client.results
+             if isinstance(r.content, list) for c in r.content]
+    latencies = _tool_latencies(calls, log)
+    last = len(client.results) - 1
+    steps = [step_from_autogen_result(i, result, executed, task=task.prompt, model_latency_s=latency,
+                                      tool_latency_s=latencies, final=i == last)
+             for i, (result, latency) in enumerate(zip(client.results, client.latencies, strict=True))]
     return _episode(task, steps, framework="autogen", model=client.model_name, episode_id=episode_id, policy=policy,
                     meta=meta or {})
 
@@ -199,37 +172,11 @@ def _episode_from_autogen_messages(messages: Sequence[Any], task: Task, policy: 
                                    log: Sequence[ToolCallRecord], episode_id: str | None, model: str,
                                    meta: dict[str, Any] | None) -> Episode:
     # Any other model client (a real endpoint): the steps come from the agent's own event stream; no logprobs.
-    from autogen_agentchat.messages import (
-        TextMessage,
-        ThoughtEvent,
-        ToolCallExecutionEvent,
-        ToolCallRequestEvent,
-    )
+    from autogen_agentchat.messages import ToolCallRequestEvent
 
-    executed = {r.call_id: r for m in messages if isinstance(m, ToolCallExecutionEvent) for r in m.content}
-    steps: list[Step] = []
-    thought = ""
-    for message in messages:
-        if isinstance(message, ThoughtEvent):
-            thought = message.content
-        elif isinstance(message, ToolCallRequestEvent):
-            events = []
-            for call in message.content:
-                args = parse_call_arguments(call.arguments)
-                answer = executed.get(call.id)
-                output = None if answer is None else answer.content
-                events.append(ToolEvent(id=call.id, name=call.name, args=args, result=output,
-                                        result_chars=None if output is None else len(output),
-                                        is_error=answer is None or bool(answer.is_error)))
-            usage = message.models_usage
-            steps.append(_step(len(steps), thought, events, [], None,
-                               usage.completion_tokens if usage else None, task))
-            thought = ""
-        elif isinstance(message, TextMessage) and message.source != "user":
-            usage = message.models_usage
-            steps.append(_step(len(steps), message.content, [], [], None,
-                               usage.completion_tokens if usage else None, task))
-    _fill_latencies(steps, log)
+    calls = [(c.id, c.name, parse_call_arguments(c.arguments)) for m in messages
+             if isinstance(m, ToolCallRequestEvent) for c in m.content]
+    steps = steps_from_autogen_events(messages, task=task.prompt, tool_latency_s=_tool_latencies(calls, log))
     return _episode(task, steps, framework="autogen", model=model, episode_id=episode_id, policy=policy,
                     meta=meta or {})
 

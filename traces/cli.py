@@ -7,7 +7,7 @@ import sys
 import time
 from collections import Counter
 
-from guardrail.cliutil import Command, emit_json, print_table
+from guardrail.core.cliutil import Command, emit_json, print_table
 
 __all__ = ["COLLECT"]
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrail.corpus import Manifest, RejectedEntry, write_corpus
-from guardrail.events import HEALTHY, Episode
+from guardrail.core.corpus import Manifest, RejectedEntry, write_corpus
+from guardrail.core.events import HEALTHY, Episode
+from guardrail.core.version import version
 from traces.agents import arun_autogen_episode, match_tool_log, run_langgraph_episode
 from traces.injectors import INJECTED_CLASSES, Injector, make_injector
 from traces.labeller import ORGANIC_CLASSES, grade_episode
@@ -151,7 +152,7 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
     its slips cannot be ordered, so organic classes are not requested and its healthy runs are
     labelled by the labeller like any other.
     """
-    from guardrail.cliutil import progress
+    from guardrail.core.cliutil import progress
 
     if model is not None:
         classes = [c for c in classes if c not in ORGANIC_CLASSES]
@@ -174,11 +175,9 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
 def write_collected(out: str | Path, framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES,
                     healthy_share: float = 0.4, name: str | None = None, show_progress: bool = True,
                     model: Any = None, model_name: str = "scripted-policy") -> Manifest:
-    """Collect and write a corpus to `out` (see `guardrail.corpus.write_corpus`)."""
-    from guardrail import __version__
-
+    """Collect and write a corpus to `out` (see `guardrail.core.corpus.write_corpus`)."""
     episodes, rejected = collect(framework, n, seed, classes=classes, healthy_share=healthy_share,
                                  show_progress=show_progress, model=model)
-    generator = {"tool": "guardrail collect", "guardrail_version": __version__, "framework": framework, "n": n,
+    generator = {"tool": "guardrail collect", "guardrail_version": version(), "framework": framework, "n": n,
                  "seed": seed, "classes": list(classes), "healthy_share": healthy_share, "model": model_name}
     return write_corpus(out, episodes, name=name or Path(out).name, rejected=rejected, generator=generator)

@@ -19,7 +19,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from guardrail.events import HEALTHY, Episode
+from guardrail.core.events import HEALTHY, Episode
 from traces.tasks import Task, read_value
 
 __all__ = ["ORGANIC_CLASSES", "Grade", "grade_episode", "stated_total"]

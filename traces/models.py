@@ -33,6 +33,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
+from adapters.steps import LATENCY_KEY
 from traces.policy import CallResult, Policy, Reply, Transcript
 
 __all__ = ["ScriptedChatCompletionClient", "ScriptedChatModel", "endpoint_model", "transcript_from_autogen",
@@ -109,7 +110,7 @@ class ScriptedChatModel(BaseChatModel):
                         for r in reply.tool_calls],
             response_metadata={"logprobs": _openai_logprobs(reply), "model_name": self.model_name,
                                "finish_reason": "stop" if reply.is_final else "tool_calls",
-                               "latency_s": time.perf_counter() - started},
+                               LATENCY_KEY: round(time.perf_counter() - started, 6)},
             usage_metadata={"input_tokens": sum(len(_text(m.content)) // 4 for m in messages),
                             "output_tokens": len(reply.tokens),
                             "total_tokens": sum(len(_text(m.content)) // 4 for m in messages) + len(reply.tokens)},

@@ -111,7 +111,7 @@ def flag_rates(corpus_dir: str) -> dict[str, dict[str, float]]:
     """Per label: the share of episodes each check flags (and any check), with each episode's own task spec."""
     from collections import Counter, defaultdict
 
-    from guardrail.corpus import read_corpus
+    from guardrail.core.corpus import read_corpus
     from verifiers import VerifierSpec, verify_episode
 
     counts: Counter[str] = Counter()

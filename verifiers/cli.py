@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from guardrail.cliutil import Command, emit_json, print_table
-from guardrail.corpus import CorpusError, read_corpus, read_episodes
-from guardrail.engine import add_engine_arguments, engine_from_args
-from guardrail.events import Episode
+from guardrail.core.cliutil import Command, emit_json, print_table
+from guardrail.core.corpus import CorpusError, read_corpus, read_episodes
+from guardrail.core.engine import add_engine_arguments, engine_from_args
+from guardrail.core.events import Episode
 from verifiers.offline import verify_episode
 from verifiers.spec import CHECKS, SpecError, VerifierSpec, load_spec, pick_spec
 

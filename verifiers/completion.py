@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from guardrail.events import Episode, Finding, StepKind
+from guardrail.core.events import Episode, Finding, StepKind
 from verifiers.observed import finding
 
 __all__ = ["check_completion", "is_bare_tool_call"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guardrail.events import Finding
+from guardrail.core.events import Finding
 from verifiers.observed import Call, arg_key, finding
 from verifiers.spec import VerifierSpec
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from guardrail.events import Finding
+from guardrail.core.events import Finding
 from verifiers.numbers import find_figures, find_numbers, same_amount
 from verifiers.observed import Call, arg_key, finding, undecided
 from verifiers.spec import VerifierSpec

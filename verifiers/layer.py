@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from guardrail.events import Action, Episode, Finding, Result, Step, StepKind
-from guardrail.layer import EpisodeContext, Layer
+from guardrail.core.events import Action, Episode, Finding, Result, Step, StepKind
+from guardrail.core.layer import EpisodeContext, Layer
 from verifiers.contract import Contract, classify_result
 from verifiers.grounding import GroundingLedger
 from verifiers.observed import Call, call_from_event

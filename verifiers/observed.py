@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail.events import Finding, Severity, ToolEvent
+from guardrail.core.events import Finding, Severity, ToolEvent
 from verifiers.contract import Classified, Contract, classify_result
 from verifiers.spec import VerifierSpec
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardrail.events import Episode, Finding, StepKind
+from guardrail.core.events import Episode, Finding, StepKind
 from verifiers.completion import check_completion
 from verifiers.contract import Contract
 from verifiers.coverage import check_required_coverage

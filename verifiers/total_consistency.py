@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from guardrail.events import Finding
+from guardrail.core.events import Finding
 from verifiers.numbers import Figure, UnreadableFigure, find_figures, same_amount
 from verifiers.observed import Call, arg_key, finding, undecided
 from verifiers.spec import VerifierSpec

@@ -26,9 +26,9 @@ class ProposedCall:
 class DryRunHarness:
     """Runs candidate calls against sandbox tools and tags each sample with the epoch it ran in.
 
-    `tools` maps a tool name to a callable taking the arguments as keywords, to an object with
-    ``invoke(args)`` (a LangChain tool), or to one with ``run_json(args, token)`` (an AutoGen
-    tool, async: use `arun`). `epoch` names the sandbox epoch: a fixed id, or a
+    `tools` maps a tool name to a callable taking the arguments as keywords (a coroutine function:
+    use `arun`) or to an object with ``invoke(args)`` (a LangChain tool). AutoGen tools go through
+    `adapters.sampling.sandbox_tools`, which turns them into coroutine functions. `epoch` names the sandbox epoch: a fixed id, or a
     callable read after every call, so a sandbox that moves mid-batch yields samples with
     different epochs and the gate fails closed instead of blaming the arguments.
     """
@@ -47,9 +47,7 @@ class DryRunHarness:
         if not isinstance(args, Mapping):
             raise TypeError(f"arguments for {tool!r} must be an object, got {type(args).__name__}")
         if hasattr(target, "run_json") and not inspect.isfunction(target):
-            from autogen_core import CancellationToken  # an AutoGen tool: async, awaited by `arun`
-
-            return target.run_json(dict(args), CancellationToken())
+            raise TypeError(f"{tool!r} is an AutoGen tool: wrap it with adapters.sampling.sandbox_tools(...)")
         if hasattr(target, "invoke") and not inspect.isfunction(target):
             return target.invoke(dict(args))  # a LangChain tool
         return target(**args)

@@ -10,8 +10,8 @@ from typing import Any
 from guardrail.consistency.canonical import CanonicalizationError, canonical_args
 from guardrail.consistency.decision import ConsistencyGate, PlanDecision, PlanSample, PlanVerdict
 from guardrail.consistency.errors import EpochNotFixedError
-from guardrail.events import Action, Finding, Severity
-from guardrail.layer import EpisodeContext, Layer
+from guardrail.core.events import Action, Finding, Severity
+from guardrail.core.layer import EpisodeContext, Layer
 
 __all__ = ["SelfConsistencyLayer"]
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from guardrail.events import Action, Result
-from guardrail.guard import Guard
-from guardrail.statemirror import GateLayer
+from guardrail.core.events import Action, Result
+from guardrail.core.guard import Guard
+from guardrail.gate import GateLayer
 from traces.coding.project import ProjectIndex
 from traces.policy import tokenize
 

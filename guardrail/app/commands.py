@@ -1,0 +1,17 @@
+"""The product's command table: what `guardrail COMMAND` runs (registered under the `guardrail.cli` entry point)."""
+
+from guardrail.core.cli import CommandSpec
+
+__all__ = ["TABLE"]
+
+# name -> where its Command lives. Adding a command is one line here plus its module.
+TABLE: dict[str, CommandSpec] = {
+    "inspect": CommandSpec("guardrail.core.inspect_cli:INSPECT", "list a corpus's episodes, labels and corrupt lines"),
+    "check": CommandSpec("guardrail.gate.cli:CHECK", "gate one proposed action (or a batch) against a workspace"),
+    "fit": CommandSpec("monitors.cli:FIT", "fit the step monitor on healthy episodes"),
+    "score": CommandSpec("monitors.cli:SCORE", "score episodes with a fitted monitor"),
+    "verify": CommandSpec("verifiers.cli:VERIFY", "run the deterministic verifiers over a corpus"),
+    "report": CommandSpec("guardrail.app.report:REPORT", "HTML report with score plots, findings and a summary",
+                          distribution="'guardrail[report]'"),
+    "audit-traj": CommandSpec("guardrail.app.audit:AUDIT_TRAJ", "gate every action of a recorded SWE-agent .traj"),
+}

@@ -1,0 +1,452 @@
+"""Trace corpora on disk: the project's own format (manifest.json + one JSONL per episode) and the sentinel importer.
+
+A corpus is a directory. ``manifest.json`` lists its episodes with their label, onset, model,
+provenance and the sha256 of their JSONL file; each ``<episode_id>.jsonl`` holds one step per
+line. The public sentinel corpora (``../shared/corpora/sentinel/*``) use a list-shaped manifest
+and their own step fields; `read_corpus` recognizes both. A corrupt line or a checksum mismatch
+never stops a load and is never dropped silently: the good steps load and each problem is
+listed in ``Corpus.issues`` with its file and line (``strict=True`` raises instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from guardrail.core.events import HEALTHY, Episode, Step, StepKind, ToolEvent
+from guardrail.core.fileio import atomic_write_text, sha256_bytes
+
+__all__ = [
+    "CORPUS_FORMAT",
+    "CORPUS_VERSION",
+    "Corpus",
+    "CorpusError",
+    "CorpusIssue",
+    "EpisodeEntry",
+    "Manifest",
+    "RejectedEntry",
+    "iter_corpus",
+    "format_tool_text",
+    "parse_tool_text",
+    "read_corpus",
+    "read_episodes",
+    "step_from_sentinel",
+    "write_corpus",
+]
+
+CORPUS_FORMAT = "guardrail-corpus"
+CORPUS_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class CorpusError(Exception):
+    """A corpus that cannot be read at all (no manifest, unknown format or version), or any problem under strict=True."""
+
+
+class EpisodeEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str = Field(min_length=1)
+    file: str
+    label: str = HEALTHY
+    tau: int | None = None
+    T: int = Field(ge=0)
+    model: str | None = None
+    framework: str | None = None
+    task: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    seed: int | None = None
+    sha256: str
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class RejectedEntry(BaseModel):
+    """An episode the collector or injector could not produce, kept with its reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    reason: str
+    requested_label: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["guardrail-corpus"] = "guardrail-corpus"
+    version: int = CORPUS_VERSION
+    name: str
+    created_at: str
+    generator: dict[str, Any] = Field(default_factory=dict)
+    episodes: list[EpisodeEntry] = Field(default_factory=list)
+    rejected: list[RejectedEntry] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CorpusIssue:
+    """One problem found while reading: which file, which line (1-based, when a line), what."""
+
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Corpus:
+    path: Path
+    name: str
+    kind: Literal["guardrail", "sentinel"]
+    episodes: list[Episode] = field(default_factory=list)
+    issues: list[CorpusIssue] = field(default_factory=list)
+    rejected: list[RejectedEntry] = field(default_factory=list)
+
+    @property
+    def n_steps(self) -> int:
+        return sum(len(e.steps) for e in self.episodes)
+
+    def healthy(self) -> list[Episode]:
+        return [e for e in self.episodes if e.is_healthy]
+
+    def labels(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for episode in self.episodes:
+            counts[episode.label] = counts.get(episode.label, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+# --------------------------------------------------------------------------- reading
+def _load_manifest(path: Path) -> Any:
+    manifest_path = path / MANIFEST
+    if not path.is_dir():
+        raise CorpusError(f"{path}: not a directory; a corpus is a directory with a {MANIFEST}")
+    if not manifest_path.is_file():
+        raise CorpusError(f"{path}: no {MANIFEST} here; is this a corpus directory?")
+    try:
+        return json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{manifest_path}: not valid JSON ({exc})") from exc
+
+
+def read_corpus(path: str | os.PathLike[str], *, strict: bool = False, verify: bool = True) -> Corpus:
+    """Read a whole corpus (either format). See the module docstring for how problems are reported."""
+    root = Path(path)
+    raw = _load_manifest(root)
+    if isinstance(raw, list):
+        corpus = Corpus(path=root, name=root.name, kind="sentinel")
+    elif isinstance(raw, dict) and raw.get("format") == CORPUS_FORMAT:
+        version = raw.get("version")
+        if version != CORPUS_VERSION:
+            raise CorpusError(
+                f"{root / MANIFEST}: corpus format version {version!r}; this guardrail reads version "
+                f"{CORPUS_VERSION}. Re-collect the corpus or upgrade guardrail."
+            )
+        corpus = Corpus(path=root, name=str(raw.get("name") or root.name), kind="guardrail")
+    else:
+        raise CorpusError(
+            f"{root / MANIFEST}: neither a guardrail manifest (format {CORPUS_FORMAT!r}) nor a sentinel "
+            "manifest (a JSON list of episodes)"
+        )
+    corpus.episodes = list(iter_corpus(root, issues=corpus.issues, verify=verify, _manifest=raw,
+                                       rejected=corpus.rejected))
+    if strict and corpus.issues:
+        listed = "\n".join(str(i) for i in corpus.issues[:20])
+        raise CorpusError(f"{root}: {len(corpus.issues)} problem(s):\n{listed}")
+    return corpus
+
+
+def iter_corpus(
+    path: str | os.PathLike[str],
+    *,
+    issues: list[CorpusIssue] | None = None,
+    verify: bool = True,
+    rejected: list[RejectedEntry] | None = None,
+    only: Collection[str] | None = None,
+    _manifest: Any = None,
+) -> Iterator[Episode]:
+    """Yield a corpus's episodes one at a time (constant memory over a large corpus).
+
+    With `only`, just those episode ids are read (the other files are never opened).
+    """
+    root = Path(path)
+    raw = _manifest if _manifest is not None else _load_manifest(root)
+    sink = issues if issues is not None else []
+    if isinstance(raw, list):
+        for position, entry in enumerate(raw):
+            if only is not None and not (isinstance(entry, dict) and entry.get("episode_id") in only):
+                continue
+            episode = _read_sentinel_episode(root, entry, position, sink, verify)
+            if episode is not None:
+                yield episode
+        return
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise CorpusError(f"{root / MANIFEST}: invalid manifest: {_short(exc)}") from exc
+    if rejected is not None:
+        rejected.extend(manifest.rejected)
+    for entry in manifest.episodes:
+        if only is not None and entry.episode_id not in only:
+            continue
+        episode = _read_own_episode(root, entry, sink, verify)
+        if episode is not None:
+            yield episode
+
+
+def read_episodes(path: str | os.PathLike[str], ids: Iterable[str], *,
+                  issues: list[CorpusIssue] | None = None, verify: bool = True) -> list[Episode]:
+    """The listed episodes of a corpus, in the order given (unknown ids are left out): one shard's worth
+    of reading, so batch work over many shards reads each episode file once."""
+    wanted = list(ids)
+    found = {e.episode_id: e for e in iter_corpus(path, issues=issues, verify=verify, only=set(wanted))}
+    return [found[i] for i in wanted if i in found]
+
+
+def _short(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _read_lines(root: Path, file: str, sink: list[CorpusIssue], expected_sha: str | None,
+                verify: bool) -> list[tuple[int, Any]] | None:
+    episode_path = root / file
+    try:
+        data = episode_path.read_bytes()
+    except OSError as exc:
+        sink.append(CorpusIssue(file, None, f"cannot read episode file: {exc.strerror or exc}"))
+        return None
+    if verify and expected_sha and sha256_bytes(data) != expected_sha:
+        sink.append(CorpusIssue(file, None, "sha256 does not match the manifest: the file changed after it was written"))
+    parsed: list[tuple[int, Any]] = []
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            parsed.append((lineno, json.loads(line)))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            sink.append(CorpusIssue(file, lineno, f"not valid JSON: {exc}"))
+    return parsed
+
+
+def _read_own_episode(root: Path, entry: EpisodeEntry, sink: list[CorpusIssue], verify: bool) -> Episode | None:
+    lines = _read_lines(root, entry.file, sink, entry.sha256, verify)
+    if lines is None:
+        return None
+    steps: list[Step] = []
+    for lineno, obj in lines:
+        try:
+            steps.append(Step.model_validate(obj))
+        except ValidationError as exc:
+            sink.append(CorpusIssue(entry.file, lineno, f"not a valid step: {_short(exc)}"))
+    if len(steps) != entry.T:
+        sink.append(CorpusIssue(entry.file, None, f"manifest says T={entry.T}, read {len(steps)} step(s)"))
+    return Episode(
+        episode_id=entry.episode_id,
+        steps=steps,
+        task=entry.task,
+        label=entry.label,
+        tau=entry.tau,
+        framework=entry.framework,
+        model=entry.model,
+        tools=entry.tools,
+        meta={**entry.meta, "seed": entry.seed, "provenance": entry.provenance},
+    )
+
+
+# --------------------------------------------------------------------------- sentinel import
+_SENTINEL_STANDARD = {"episode_id", "file", "failure_class", "tau", "T", "model", "framework"}
+_TOOL_OPEN = re.compile(r"\[([A-Za-z_][A-Za-z0-9_]*)\(")
+_DECODER = json.JSONDecoder()
+
+
+def format_tool_text(events: Iterable[ToolEvent]) -> str:
+    """A tool step's calls as the corpora write them, ``[name({json args}) -> result]`` (inverse of `parse_tool_text`).
+
+    Live adapters and the testbed give their steps this text so the monitor sees the shape it was fitted on.
+    """
+    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True, default=str)}) -> {e.result}]" for e in events)
+
+
+def parse_tool_text(text: str) -> list[ToolEvent]:
+    """Recover tool events from a sentinel tool step's text, ``[name({json args}) -> result]``.
+
+    Older sentinel corpora (organic, real_research) record only this text. Arguments that are
+    not JSON are kept as the raw string, so nothing the agent did is lost.
+    """
+    events: list[ToolEvent] = []
+    for match in _TOOL_OPEN.finditer(text):
+        start = match.end()
+        args: Any
+        try:
+            args, end = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError:
+            end = -1
+        if end < 0 or not text.startswith(") -> ", end):
+            # Not JSON arguments (or JSON followed by more text): keep the raw argument string.
+            close = text.find(") -> ", start)
+            if close < 0:
+                continue
+            args, end = text[start:close], close
+        result_start = end + len(") -> ")
+        close_bracket = text.rfind("]")
+        result = text[result_start:close_bracket] if close_bracket >= result_start else text[result_start:]
+        events.append(ToolEvent(name=match.group(1), args=args, result=result, result_chars=len(result),
+                                is_error=result.startswith(("ERROR", "Error"))))
+        break  # one call per step in these corpora; the result text may itself contain brackets
+    return events
+
+
+def step_from_sentinel(obj: dict[str, Any], index: int) -> Step:
+    """One sentinel step line as a `Step` (tool events parsed from the text when the line has none)."""
+    action = obj.get("action")
+    kind = StepKind.TOOL_CALL if action == "tool_call" else StepKind.FINAL if action in ("synthesis", "final") \
+        else StepKind.TEXT
+    text = obj.get("text") or ""
+    meta: dict[str, Any] = {}
+    raw_events = obj.get("tool_events")
+    if raw_events is None and kind is StepKind.TOOL_CALL:
+        events = parse_tool_text(text)
+        meta["tool_events_from_text"] = True
+    else:
+        events = [ToolEvent.model_validate(e) for e in (raw_events or [])]
+    if "schema" in obj:
+        meta["schema"] = obj["schema"]
+    logprobs = [float(x) for x in (obj.get("token_logprobs") or [])]
+    return Step(
+        index=index,
+        kind=kind,
+        text=text,
+        tool_events=events,
+        token_logprobs=logprobs,
+        logprobs_available=obj.get("logprobs_available", bool(logprobs)),
+        latency_s=obj.get("latency_s"),
+        output_tokens=obj.get("output_tokens"),
+        error=bool(obj.get("error", False)),
+        task=obj.get("task"),
+        meta=meta,
+    )
+
+
+def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[CorpusIssue],
+                           verify: bool) -> Episode | None:
+    if not isinstance(entry, dict) or "episode_id" not in entry or "file" not in entry:
+        sink.append(CorpusIssue(MANIFEST, None, f"entry {position} has no episode_id/file"))
+        return None
+    lines = _read_lines(root, entry["file"], sink, entry.get("trace_sha256"), verify)
+    if lines is None:
+        return None
+    steps: list[Step] = []
+    for lineno, obj in lines:
+        try:
+            steps.append(step_from_sentinel(obj, len(steps)))
+        except (ValidationError, TypeError, ValueError, AttributeError) as exc:
+            sink.append(CorpusIssue(entry["file"], lineno, f"not a valid sentinel step: {exc}"))
+    if entry.get("T") is not None and len(steps) != entry["T"]:
+        sink.append(CorpusIssue(entry["file"], None, f"manifest says T={entry['T']}, read {len(steps)} step(s)"))
+    provenance = entry.get("provenance") or {}
+    task = next((s.task for s in steps if s.task), None)
+    return Episode(
+        episode_id=entry["episode_id"],
+        steps=steps,
+        task=task,
+        label=entry.get("failure_class") or HEALTHY,
+        tau=entry.get("tau"),
+        framework=entry.get("framework") or provenance.get("backend"),
+        model=entry.get("model"),
+        tools=list(provenance.get("tools") or []),
+        meta={k: v for k, v in entry.items() if k not in _SENTINEL_STANDARD},
+    )
+
+
+# --------------------------------------------------------------------------- writing
+def _step_line(step: Step) -> str:
+    try:
+        return step.model_dump_json(exclude_defaults=True)
+    except ValueError:
+        # Lone surrogates cannot be encoded as UTF-8; ASCII-escaped JSON keeps them losslessly.
+        return json.dumps(step.model_dump(mode="python", exclude_defaults=True), ensure_ascii=True, default=str)
+
+
+def episode_jsonl(episode: Episode) -> str:
+    """An episode's steps as JSONL text (defaults left out to keep corpora small)."""
+    return "".join(_step_line(step) + "\n" for step in episode.steps)
+
+
+def _safe_file_name(episode_id: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", episode_id)
+    if not name or name.startswith("."):
+        name = "ep" + name
+    return name + ".jsonl"
+
+
+def write_corpus(
+    path: str | os.PathLike[str],
+    episodes: Iterable[Episode],
+    *,
+    name: str | None = None,
+    rejected: Iterable[RejectedEntry] = (),
+    generator: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> Manifest:
+    """Write a corpus: every episode file atomically, then the manifest (atomically, last)."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    entries: list[EpisodeEntry] = []
+    seen: set[str] = set()
+    for episode in episodes:
+        if episode.episode_id in seen:
+            raise CorpusError(f"episode id {episode.episode_id!r} appears twice")
+        seen.add(episode.episode_id)
+        file = _safe_file_name(episode.episode_id)
+        text = episode_jsonl(episode)
+        atomic_write_text(root / file, text)
+        meta = dict(episode.meta)
+        seed = meta.pop("seed", None)
+        episode_provenance = {**(provenance or {}), **(meta.pop("provenance", None) or {})}
+        entries.append(
+            EpisodeEntry(
+                episode_id=episode.episode_id,
+                file=file,
+                label=episode.label,
+                tau=episode.tau,
+                T=len(episode.steps),
+                model=episode.model,
+                framework=episode.framework,
+                task=episode.task,
+                tools=episode.tools,
+                seed=seed,
+                sha256=sha256_bytes(text.encode("utf-8")),
+                provenance=episode_provenance,
+                meta=meta,
+            )
+        )
+    manifest = Manifest(
+        name=name or root.name,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        generator=generator or {},
+        episodes=entries,
+        rejected=list(rejected),
+    )
+    atomic_write_text(root / MANIFEST, manifest.model_dump_json(indent=1) + "\n")
+    return manifest
+
+
+def read_corpora(paths: Iterable[str | os.PathLike[str]], **kwargs: Any) -> list[Corpus]:
+    """Read several corpora (convenience for the CLI)."""
+    return [read_corpus(p, **kwargs) for p in paths]

@@ -1,0 +1,333 @@
+"""The Guard pipeline: runs each layer's hook in order, turns layer errors into findings, decides, traces."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from guardrail.core import spans as tm
+from guardrail.core.events import (
+    Action,
+    Decision,
+    Episode,
+    Finding,
+    Result,
+    Severity,
+    Step,
+    StepKind,
+    Verdict,
+)
+from guardrail.core.layer import EpisodeContext, Layer
+
+__all__ = ["Guard", "GuardError", "Mode"]
+
+_log = logging.getLogger("guardrail")
+
+Mode = Literal["report", "intervene"]
+Hook = Literal["before_action", "after_result", "on_step", "on_finish"]
+
+
+class GuardError(Exception):
+    """A misuse of the Guard API (unknown episode, bad mode); never raised for what an agent proposes."""
+
+
+class Guard:
+    """Holds the layers and runs them for every hook of every episode.
+
+    ``mode="report"`` only records: decisions are allow / warn / alarm. ``mode="intervene"``
+    also enacts the conservative rule: a blocking finding before an action blocks it, a
+    blocking finding after a result or at the end of a run asks for repair. A layer that
+    raises becomes an ``internal_error`` finding and the pipeline goes on (fail-open); with
+    ``fail_closed=True`` such an error blocks instead.
+
+    Tool arguments and results are put on spans only when ``capture_content=True``, and
+    then redacted and capped.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[Layer] = (),
+        *,
+        mode: Mode = "report",
+        fail_closed: bool = False,
+        capture_content: bool = False,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        if mode not in ("report", "intervene"):
+            raise GuardError(f"mode must be 'report' or 'intervene', got {mode!r}")
+        names = [layer.name for layer in layers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise GuardError(f"two layers share the name {duplicates}: give each layer a distinct name")
+        self.layers: list[Layer] = list(layers)
+        self.mode: Mode = mode
+        self.fail_closed = fail_closed
+        self.capture_content = capture_content
+        # A tracer from the global API follows whatever provider is set later (it is a proxy until then).
+        self._tracer = tracer or tm.get_tracer()
+        self._contexts: dict[str, EpisodeContext] = {}
+        self._contexts_lock = threading.Lock()
+        # Which layers implement which hook, computed once (the hot path skips the rest).
+        self._by_hook: dict[str, list[Layer]] = {
+            hook: [layer for layer in self.layers if layer.implements(hook)]
+            for hook in ("before_action", "after_result", "on_step", "on_finish")
+        }
+
+    # ----------------------------------------------------------------- episodes
+    def start_episode(
+        self,
+        episode_id: str | None = None,
+        *,
+        task: str | None = None,
+        framework: str | None = None,
+        model: str | None = None,
+        tools: Iterable[str] = (),
+        meta: dict[str, Any] | None = None,
+    ) -> EpisodeContext:
+        """Open an episode and return its context (pass it, or its id, to every hook)."""
+        episode = Episode(
+            episode_id=episode_id or uuid.uuid4().hex,
+            task=task,
+            framework=framework,
+            model=model,
+            tools=list(tools),
+            meta=dict(meta or {}),
+        )
+        ctx = EpisodeContext(self, episode)
+        with self._contexts_lock:
+            if episode.episode_id in self._contexts:
+                raise GuardError(f"episode {episode.episode_id!r} is already running in this Guard")
+            self._contexts[episode.episode_id] = ctx
+        return ctx
+
+    def context(self, episode: EpisodeContext | str) -> EpisodeContext:
+        """The context of a running episode, by context or id."""
+        if isinstance(episode, EpisodeContext):
+            return episode
+        with self._contexts_lock:
+            ctx = self._contexts.get(episode)
+        if ctx is None:
+            raise GuardError(f"no running episode {episode!r}: call guard.start_episode() first")
+        return ctx
+
+    @property
+    def running_episodes(self) -> list[str]:
+        with self._contexts_lock:
+            return list(self._contexts)
+
+    # ----------------------------------------------------------------- hooks (sync)
+    def before_action(self, episode: EpisodeContext | str, action: Action) -> Decision:
+        """Run the pre-execution layers (gate, self-consistency) on a proposed action."""
+        ctx = self.context(episode)
+        with ctx.lock:
+            ctx.actions.append(action)
+        return self._run_sync("before_action", ctx, (action,), action=action)
+
+    def after_result(self, episode: EpisodeContext | str, action: Action, result: Result) -> Decision:
+        """Run the per-result layers (tool contract, grounding ledger) on what a tool returned."""
+        ctx = self.context(episode)
+        with ctx.lock:
+            ctx.results.append((action, result))
+        return self._run_sync("after_result", ctx, (action, result), action=action, result=result)
+
+    def on_step(self, episode: EpisodeContext | str, step: Step) -> Decision:
+        """Record a step (always, even when a layer fails) and run the streaming monitors."""
+        ctx = self.context(episode)
+        with ctx.lock:
+            ctx.episode.steps.append(step)
+        return self._run_sync("on_step", ctx, (step,))
+
+    def on_finish(self, episode: EpisodeContext | str, *, answer: str | None = None) -> Decision:
+        """Close the episode and run the end-of-run verifiers; the context leaves the Guard."""
+        ctx = self.context(episode)
+        self._close(ctx, answer)
+        return self._run_sync("on_finish", ctx, (ctx.episode,))
+
+    # ----------------------------------------------------------------- hooks (async)
+    async def abefore_action(self, episode: EpisodeContext | str, action: Action) -> Decision:
+        ctx = self.context(episode)
+        with ctx.lock:
+            ctx.actions.append(action)
+        return await self._run_async("before_action", ctx, (action,), action=action)
+
+    async def aafter_result(self, episode: EpisodeContext | str, action: Action, result: Result) -> Decision:
+        ctx = self.context(episode)
+        with ctx.lock:
+            ctx.results.append((action, result))
+        return await self._run_async("after_result", ctx, (action, result), action=action, result=result)
+
+    async def aon_step(self, episode: EpisodeContext | str, step: Step) -> Decision:
+        ctx = self.context(episode)
+        with ctx.lock:
+            ctx.episode.steps.append(step)
+        return await self._run_async("on_step", ctx, (step,))
+
+    async def aon_finish(self, episode: EpisodeContext | str, *, answer: str | None = None) -> Decision:
+        ctx = self.context(episode)
+        self._close(ctx, answer)
+        return await self._run_async("on_finish", ctx, (ctx.episode,))
+
+    # ----------------------------------------------------------------- internals
+    def _close(self, ctx: EpisodeContext, answer: str | None) -> None:
+        with ctx.lock:
+            if ctx.finished:
+                raise GuardError(f"episode {ctx.episode_id!r} is already finished")
+            ctx.finished = True
+            if answer is not None and (not ctx.episode.steps or not ctx.episode.steps[-1].is_final):
+                ctx.episode.steps.append(Step(index=len(ctx.episode.steps), kind=StepKind.FINAL, text=answer))
+        with self._contexts_lock:
+            self._contexts.pop(ctx.episode_id, None)
+
+    def _start_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
+                    result: Result | None) -> Span:
+        try:
+            return self._open_span(hook, layer, ctx, action, result)
+        except Exception:  # telemetry is never a reason to fail the agent
+            _log.exception("guardrail: starting a span failed; running the layer without one")
+            return trace.INVALID_SPAN
+
+    def _open_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
+                   result: Result | None) -> Span:
+        span = self._tracer.start_span(f"guardrail.{layer.name}")
+        if span.is_recording():
+            span.set_attribute(tm.GUARDRAIL_LAYER, layer.name)
+            span.set_attribute(tm.GUARDRAIL_HOOK, hook)
+            span.set_attribute(tm.GUARDRAIL_MODE, self.mode)
+            span.set_attribute(tm.GEN_AI_CONVERSATION_ID, ctx.episode_id)
+            span.set_attribute(tm.GUARDRAIL_STEP, ctx.step_index)
+            if action is not None:
+                span.set_attribute(tm.GEN_AI_OPERATION_NAME, "execute_tool")
+                span.set_attribute(tm.GEN_AI_TOOL_NAME, action.tool or action.kind.value)
+                if action.call_id:
+                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ID, action.call_id)
+                if self.capture_content:
+                    payload = action.args if action.args else (action.command or action.code or "")
+                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ARGUMENTS, tm.redact(payload))
+            else:
+                span.set_attribute(tm.GEN_AI_OPERATION_NAME, "invoke_agent")
+            if result is not None and self.capture_content:
+                span.set_attribute(tm.GEN_AI_TOOL_CALL_RESULT, tm.redact(result.output))
+        return span
+
+    def _internal_error(self, layer: Layer, hook: Hook, exc: BaseException, ctx: EpisodeContext) -> Finding:
+        return Finding(
+            layer=layer.name,
+            check="internal_error",
+            message=f"layer {layer.name!r} failed in {hook}: {type(exc).__name__}: {exc}"[:2000],
+            evidence={"exception": type(exc).__name__},
+            blocking=self.fail_closed,
+            severity=Severity.ERROR,
+            step=ctx.step_index,
+        )
+
+    @staticmethod
+    def _normalize(findings: Iterable[Finding] | None, layer: Layer) -> list[Finding]:
+        if findings is None:
+            return []
+        out = list(findings)
+        for finding in out:
+            if not isinstance(finding, Finding):
+                raise TypeError(f"layer {layer.name!r} returned {type(finding).__name__}, expected Finding")
+        return out
+
+    def _finish_span(self, span: Span, hook: Hook, findings: list[Finding], score: float | None,
+                     exc: BaseException | None) -> None:
+        try:
+            self._annotate_span(span, hook, findings, score, exc)
+        except Exception:  # a broken span processor or exporter must never break the agent
+            _log.exception("guardrail: ending a span failed; the decision stands")
+
+    def _annotate_span(self, span: Span, hook: Hook, findings: list[Finding], score: float | None,
+                       exc: BaseException | None) -> None:
+        if span.is_recording():
+            span.set_attribute(tm.GUARDRAIL_DECISION, self._decide(hook, findings).value)
+            span.set_attribute(tm.GUARDRAIL_FINDING_COUNT, len(findings))
+            if findings:
+                span.set_attribute(
+                    tm.GUARDRAIL_FINDINGS,
+                    json.dumps(
+                        [{"check": f.check, "predicate": f.predicate, "message": f.message[:500],
+                          "blocking": f.blocking, "severity": f.severity.value} for f in findings]
+                    ),
+                )
+            if score is not None:
+                span.set_attribute(tm.GUARDRAIL_SCORE, float(score))
+            if exc is not None:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+        span.end()
+
+    def _run_sync(self, hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...], *,
+                  action: Action | None = None, result: Result | None = None) -> Decision:
+        collected: list[Finding] = []
+        scores: list[float] = []
+        for layer in self._by_hook[hook]:
+            span = self._start_span(hook, layer, ctx, action, result)
+            error: BaseException | None = None
+            with trace.use_span(span, end_on_exit=False):
+                try:
+                    findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
+                except Exception as exc:  # fail-open: a broken layer never breaks the agent
+                    error = exc
+                    findings = [self._internal_error(layer, hook, exc, ctx)]
+            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
+        return self._conclude(hook, ctx, collected, scores)
+
+    async def _run_async(self, hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...], *,
+                         action: Action | None = None, result: Result | None = None) -> Decision:
+        collected: list[Finding] = []
+        scores: list[float] = []
+        for layer in self._by_hook[hook]:
+            span = self._start_span(hook, layer, ctx, action, result)
+            error: BaseException | None = None
+            with trace.use_span(span, end_on_exit=False):
+                try:
+                    findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
+                except Exception as exc:  # fail-open, as in the sync path
+                    error = exc
+                    findings = [self._internal_error(layer, hook, exc, ctx)]
+            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
+        return self._conclude(hook, ctx, collected, scores)
+
+    def _settle(self, hook: Hook, layer: Layer, ctx: EpisodeContext, span: Span, findings: list[Finding],
+                error: BaseException | None, collected: list[Finding], scores: list[float]) -> None:
+        """After one layer's hook: take its score, close its span, add its findings."""
+        score = ctx.pop_score(layer)
+        if score is not None:
+            scores.append(score)
+        self._finish_span(span, hook, findings, score, error)
+        collected.extend(findings)
+
+    def _conclude(self, hook: Hook, ctx: EpisodeContext, findings: list[Finding],
+                  scores: list[float]) -> Decision:
+        if findings:
+            with ctx.lock:
+                ctx.findings.extend(findings)
+        return Decision(
+            verdict=self._decide(hook, findings),
+            hook=hook,
+            findings=findings,
+            score=max(scores) if scores else None,
+        )
+
+    def _decide(self, hook: Hook, findings: list[Finding]) -> Verdict:
+        if not findings:
+            return Verdict.ALLOW
+        if self.fail_closed and any(f.severity is Severity.ERROR for f in findings):
+            return Verdict.BLOCK
+        if self.mode == "intervene" and any(f.blocking for f in findings):
+            if hook in ("before_action", "after_result"):
+                return Verdict.BLOCK
+            return Verdict.REPAIR
+        if any(f.severity is Severity.ALARM for f in findings):
+            return Verdict.ALARM
+        if all(f.severity is Severity.INFO for f in findings):
+            return Verdict.ALLOW
+        return Verdict.WARN

@@ -1,0 +1,139 @@
+"""The layer protocol: a Guard layer implements the hooks it needs; per-episode state lives in the context."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from guardrail.core.events import Action, Episode, Finding, Result, Step
+
+if TYPE_CHECKING:
+    from guardrail.core.guard import Guard
+
+__all__ = ["EpisodeContext", "Layer", "HOOKS"]
+
+HOOKS = ("before_action", "after_result", "on_step", "on_finish")
+
+
+class Layer:
+    """Base class for a Guard layer.
+
+    Override any of the four hooks; each returns the findings it has (an empty list or None
+    for none). A layer keeps no per-episode state on itself: `new_state` creates it and the
+    hooks read it with ``ctx.state(self)``, so one layer instance serves many concurrent
+    episodes. Async twins default to the sync hook; override them when a layer awaits I/O.
+    """
+
+    name: ClassVar[str] = "layer"
+
+    def new_state(self, ctx: EpisodeContext) -> Any:
+        """Per-episode state for this layer (None when the layer keeps none)."""
+        return None
+
+    def before_action(self, ctx: EpisodeContext, action: Action) -> Iterable[Finding] | None:
+        return None
+
+    def after_result(self, ctx: EpisodeContext, action: Action, result: Result) -> Iterable[Finding] | None:
+        return None
+
+    def on_step(self, ctx: EpisodeContext, step: Step) -> Iterable[Finding] | None:
+        return None
+
+    def on_finish(self, ctx: EpisodeContext, episode: Episode) -> Iterable[Finding] | None:
+        return None
+
+    async def abefore_action(self, ctx: EpisodeContext, action: Action) -> Iterable[Finding] | None:
+        return self.before_action(ctx, action)
+
+    async def aafter_result(
+        self, ctx: EpisodeContext, action: Action, result: Result
+    ) -> Iterable[Finding] | None:
+        return self.after_result(ctx, action, result)
+
+    async def aon_step(self, ctx: EpisodeContext, step: Step) -> Iterable[Finding] | None:
+        return self.on_step(ctx, step)
+
+    async def aon_finish(self, ctx: EpisodeContext, episode: Episode) -> Iterable[Finding] | None:
+        return self.on_finish(ctx, episode)
+
+    def implements(self, hook: str) -> bool:
+        """True when this layer overrides `hook` (so the Guard spends no span on no-op hooks)."""
+        mine = getattr(type(self), hook, None)
+        base = getattr(Layer, hook)
+        if mine is not base:
+            return True
+        return getattr(type(self), "a" + hook, None) is not getattr(Layer, "a" + hook)
+
+
+class EpisodeContext:
+    """Everything the Guard knows about one running episode.
+
+    The steps the Guard was given, the findings so far, and each layer's own state. All
+    mutation goes through the context's lock, so two threads feeding one episode stay
+    consistent and different episodes never share mutable state.
+    """
+
+    def __init__(self, guard: Guard, episode: Episode) -> None:
+        self.guard = guard
+        self.episode = episode
+        self.findings: list[Finding] = []
+        self.actions: list[Action] = []
+        self.results: list[tuple[Action, Result]] = []
+        self.finished = False
+        self.lock = threading.RLock()
+        self._layer_state: dict[int, Any] = {}
+        self._scores: dict[str, float] = {}
+
+    @property
+    def episode_id(self) -> str:
+        return self.episode.episode_id
+
+    @property
+    def task(self) -> str | None:
+        return self.episode.task
+
+    @property
+    def step_index(self) -> int:
+        """Index the next step will get."""
+        return len(self.episode.steps)
+
+    def state(self, layer: Layer) -> Any:
+        """This layer's per-episode state, created on first use."""
+        key = id(layer)
+        with self.lock:
+            if key not in self._layer_state:
+                self._layer_state[key] = layer.new_state(self)
+            return self._layer_state[key]
+
+    def record_score(self, layer: Layer, score: float) -> None:
+        """A streaming layer reports its score for the current hook call (goes on the span and Decision)."""
+        self._scores[layer.name] = float(score)
+
+    def pop_score(self, layer: Layer) -> float | None:
+        return self._scores.pop(layer.name, None)
+
+    # Convenience: drive the Guard through the context.
+    def before_action(self, action: Action):  # noqa: ANN201 - Decision, typed in guard.py
+        return self.guard.before_action(self, action)
+
+    def after_result(self, action: Action, result: Result):  # noqa: ANN201
+        return self.guard.after_result(self, action, result)
+
+    def on_step(self, step: Step):  # noqa: ANN201
+        return self.guard.on_step(self, step)
+
+    def finish(self, answer: str | None = None):  # noqa: ANN201
+        return self.guard.on_finish(self, answer=answer)
+
+    async def abefore_action(self, action: Action):  # noqa: ANN201
+        return await self.guard.abefore_action(self, action)
+
+    async def aafter_result(self, action: Action, result: Result):  # noqa: ANN201
+        return await self.guard.aafter_result(self, action, result)
+
+    async def aon_step(self, step: Step):  # noqa: ANN201
+        return await self.guard.aon_step(self, step)
+
+    async def afinish(self, answer: str | None = None):  # noqa: ANN201
+        return await self.guard.aon_finish(self, answer=answer)

@@ -1,0 +1,128 @@
+"""`guardrail check`: run the gate on one action or a JSONL batch of cases and print the verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from guardrail.core.cliutil import Command, emit_json
+from guardrail.gate.layer import EditorState, Gate, GateState
+
+__all__ = ["CHECK", "check_case"]
+
+_MAX_LINE_CHARS = 10_000_000
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", help="the repository root the agent works in")
+    parser.add_argument("--cwd", help="directory the action runs in (default: the workspace)")
+    parser.add_argument("--python", help="the interpreter the agent's commands run (default: this one)")
+    parser.add_argument("--kind", choices=["shell", "python", "swe_agent"], default="shell",
+                        help="how to read the action text (default: a shell command)")
+    parser.add_argument("--open-file", help="the file open in the agent's editor (for ACI goto/edit/scroll)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per result")
+    parser.add_argument("--batch", metavar="IN.jsonl", help="check one case per line ('-' for stdin)")
+    parser.add_argument("--budget-ms", type=float, default=250.0, help="probe time budget per action")
+    parser.add_argument("action", nargs="*", help="the action text (after --)")
+
+
+def check_case(case: Any, gates: dict[tuple[str, str | None], Gate], *, budget_s: float = 0.25) -> dict[str, Any]:
+    """One batch case -> one result object (an `error` object when the case itself is malformed)."""
+    case_id = case.get("id") if isinstance(case, dict) else None
+    if not isinstance(case, dict):
+        return {"id": None, "error": f"a case must be a JSON object, got {type(case).__name__}"}
+    workspace = case.get("workspace")
+    if not isinstance(workspace, str) or not workspace:
+        return {"id": case_id, "error": "case needs a 'workspace' path"}
+    if not os.path.isdir(workspace):
+        return {"id": case_id, "error": f"workspace {workspace!r} is not a directory"}
+    python = case.get("python")
+    if python is not None and not isinstance(python, str):
+        return {"id": case_id, "error": "'python' must be a path string"}
+    action = case.get("action")
+    if not isinstance(action, dict):
+        return {"id": case_id, "error": "case needs an 'action' object"}
+    cwd = case.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        return {"id": case_id, "error": "'cwd' must be a path string"}
+    raw_state = case.get("state") or {}
+    if not isinstance(raw_state, dict):
+        return {"id": case_id, "error": "'state' must be an object"}
+    open_file = raw_state.get("open_file")
+    state = GateState(cwd=cwd, editor=EditorState(open_file if isinstance(open_file, str) else None))
+    key = (os.path.abspath(workspace), python)
+    gate = gates.get(key)
+    if gate is None:
+        gate = gates[key] = Gate(workspace, python=python, budget_s=budget_s)
+    report = gate.check(action, state)
+    if report.error:
+        return {"id": case_id, "error": report.error}
+    return report.to_json(case_id)
+
+
+def _run_batch(stream: TextIO, budget_s: float) -> int:
+    gates: dict[tuple[str, str | None], Gate] = {}
+    for line_no, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        if len(line) > _MAX_LINE_CHARS:
+            emit_json({"id": None, "error": f"line {line_no} is longer than {_MAX_LINE_CHARS} characters"})
+            continue
+        try:
+            case = json.loads(line)
+        except json.JSONDecodeError as exc:
+            emit_json({"id": None, "error": f"line {line_no} is not JSON: {exc.msg} at column {exc.colno}"})
+            continue
+        try:
+            emit_json(check_case(case, gates, budget_s=budget_s))
+        except Exception as exc:  # noqa: BLE001 - one bad case never stops the batch
+            case_id = case.get("id") if isinstance(case, dict) else None
+            emit_json({"id": case_id, "error": f"internal error: {type(exc).__name__}: {exc}"[:1000]})
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    budget_s = args.budget_ms / 1000.0
+    if args.batch:
+        if args.batch == "-":
+            return _run_batch(sys.stdin, budget_s)
+        try:
+            with open(args.batch, encoding="utf-8", errors="replace") as stream:
+                return _run_batch(stream, budget_s)
+        except OSError as exc:
+            print(f"guardrail check: cannot read {args.batch}: {exc.strerror}", file=sys.stderr)
+            return 2
+    if not args.workspace or not args.action:
+        print("guardrail check: give --workspace DIR and the action after --, or --batch IN.jsonl", file=sys.stderr)
+        return 2
+    text = " ".join(args.action)
+    field = "code" if args.kind == "python" else "command"
+    case = {"id": None, "workspace": args.workspace, "cwd": args.cwd, "python": args.python,
+            "state": {"open_file": args.open_file}, "action": {"kind": args.kind, field: text}}
+    result = check_case(case, {}, budget_s=budget_s)
+    if args.json:
+        emit_json(result)
+        return 0
+    if "error" in result:
+        print(f"error: {result['error']}")
+        return 2
+    if not result["hallucinated"]:
+        print(f"ok: no violated predicate ({result['latency_ms']:.2f} ms)")
+        return 0
+    print(f"HALLUCINATED ({len(result['violations'])} violated predicate(s), {result['latency_ms']:.2f} ms)")
+    for violation in result["violations"]:
+        mark = "block" if violation["blocking"] else "warn"
+        print(f"  [{mark}] {violation['predicate']}({', '.join(map(repr, violation['args']))}): {violation['message']}")
+        if violation.get("hint"):
+            print(f"         hint: {violation['hint']}")
+    return 1
+
+
+CHECK = Command(
+    help="check a proposed agent action against a workspace before it runs (StateMirror gate)",
+    add_arguments=_add_arguments,
+    run=_run,
+)

@@ -1,0 +1,267 @@
+"""Predicates assumed by Python source: imports, imported names, module attributes, file paths, syntax version."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+from guardrail.gate.predicates import Predicate
+from guardrail.gate.scope import Scope
+
+__all__ = ["MAX_CODE_CHARS", "extract_python"]
+
+MAX_CODE_CHARS = 500_000  # larger code is not analysed (its predicates are omitted)
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
+# Calls whose first string argument is a file the call reads.
+_READERS = {
+    "read_csv", "read_json", "read_excel", "read_parquet", "read_table", "read_pickle", "read_feather",
+    "read_fwf", "read_hdf", "read_sql_table", "loadtxt", "genfromtxt", "load", "imread", "parse",
+}
+_READER_OWNERS = {"pd", "pandas", "np", "numpy", "json", "yaml", "toml", "tomllib", "plt", "cv2", "ET",
+                  "ElementTree", "torch", "joblib", "imageio", "Image"}
+_PATH_READ_METHODS = {"read_text", "read_bytes", "open"}
+_PATH_WRITE_METHODS = {"write_text", "write_bytes", "touch"}
+_DIR_CALLS = {("os", "listdir"), ("os", "scandir"), ("os", "chdir")}
+
+
+def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessary: bool, origin: str,
+                   target_version: tuple[int, ...] | None = None) -> list[Predicate]:
+    """Predicates the code assumes. `search` is what the run puts in front of sys.path (cwd or script dir)."""
+    if len(code) > MAX_CODE_CHARS:
+        return []
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # not Python we can read: a syntax error is not a state predicate
+    walker = _Walker(scope, tuple(search) + scope.pythonpath, necessary, origin)
+    try:
+        walker.visit(tree)
+    except RecursionError:
+        return walker.predicates
+    predicates = walker.predicates
+    if target_version is not None and tuple(target_version[:2]) < sys.version_info[:2]:
+        version = _syntax_version_problem(code, (target_version[0], target_version[1]))
+        if version is not None:
+            predicates.append(Predicate(
+                "runtime_version_satisfies", (f">={version[0]}.{version[1]}", "syntax"), necessary, origin,
+                verdict=(False, f"the code's syntax needs Python {version[0]}.{version[1]}+, the target "
+                                f"runs {'.'.join(map(str, target_version))}")))
+    return predicates
+
+
+def _syntax_version_problem(code: str, target: tuple[int, int]) -> tuple[int, int] | None:
+    try:
+        ast.parse(code, feature_version=target)
+        return None
+    except SyntaxError:
+        pass
+    for minor in range(target[1] + 1, sys.version_info[1] + 1):
+        try:
+            ast.parse(code, feature_version=(3, minor))
+            return (3, minor)
+        except SyntaxError:
+            continue
+    return None
+
+
+class _Walker(ast.NodeVisitor):
+    def __init__(self, scope: Scope, search: tuple[str, ...], necessary: bool, origin: str) -> None:
+        self.scope = scope
+        self.search = search
+        self.necessary = necessary
+        self.origin = origin
+        self.predicates: list[Predicate] = []
+        self.guarded = 0  # inside try/except ImportError or `if TYPE_CHECKING`/version checks
+        self.module_aliases: dict[str, str] = {}  # local name -> module it is bound to by `import`
+        self.imported_modules: set[str] = set()
+        self.rebound: set[str] = set()
+        self.seen: set[tuple[str, tuple[object, ...]]] = set()
+        self.written: set[str] = set()
+
+    def add(self, name: str, *args: object, necessary: bool | None = None) -> None:
+        key = (name, args)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        hedge = None
+        if name in ("importable", "symbol_defined", "module_runnable") and self.scope.module_may_be_installed(
+                str(args[0])):
+            hedge = "installed earlier in this action or episode"
+        self.predicates.append(Predicate(name, tuple(args), self.necessary if necessary is None else necessary,
+                                         self.origin, self.search, hedge))
+
+    # ----------------------------------------------------------------- scoping
+    def visit_Try(self, node: ast.Try) -> None:
+        guarded = any(_catches_import_error(h.type) for h in node.handlers)
+        self.guarded += guarded
+        for stmt in node.body:
+            self.visit(stmt)
+        self.guarded -= guarded
+        for part in (*node.handlers, *node.orelse, *node.finalbody):
+            self.visit(part)
+
+    visit_TryStar = visit_Try  # type: ignore[assignment]
+
+    def visit_If(self, node: ast.If) -> None:
+        test = ast.unparse(node.test)
+        guarded = any(word in test for word in ("TYPE_CHECKING", "version", "platform", "find_spec", "os.name"))
+        self.guarded += guarded
+        self.generic_visit(node)
+        self.guarded -= guarded
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Name):
+                    self.rebound.add(sub.id)
+        self.generic_visit(node)
+
+    # ----------------------------------------------------------------- imports
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not self.guarded:
+                self.add("importable", alias.name)
+            self.imported_modules.add(alias.name)
+            if alias.asname:
+                self.module_aliases[alias.asname] = alias.name
+            else:
+                top = alias.name.partition(".")[0]
+                self.module_aliases[top] = top
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level or not node.module or self.guarded:
+            return  # relative imports in a script fail for other reasons; guarded ones are optional
+        self.add("importable", node.module)
+        for alias in node.names:
+            if alias.name != "*":
+                self.add("symbol_defined", node.module, alias.name)
+
+    # ----------------------------------------------------------------- calls and attributes
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, ast.Load) and not self.guarded:
+            dotted = _dotted(node)
+            if dotted is not None:
+                self._check_module_attribute(dotted)
+        self.generic_visit(node)
+
+    def _check_module_attribute(self, dotted: str) -> None:
+        parts = dotted.split(".")
+        if parts[0] in self.rebound or parts[0] not in self.module_aliases:
+            return
+        real = [self.module_aliases[parts[0]], *parts[1:]]
+        # The longest prefix that is a module the code imported; the next part must be one of its names.
+        for cut in range(len(real) - 1, 0, -1):
+            module = ".".join(real[:cut])
+            if module in self.imported_modules or cut == 1:
+                self.add("symbol_defined", module, real[cut], necessary=False)
+                return
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if not self.guarded:
+            self._call(node)
+        self.generic_visit(node)
+
+    def _call(self, node: ast.Call) -> None:
+        func = node.func
+        first = _literal_str(node.args[0]) if node.args else None
+        if isinstance(func, ast.Name):
+            if func.id == "open" and first is not None:
+                self._open(first, _open_mode(node))
+            elif func.id == "__import__" and first is not None:
+                self.add("importable", first)
+            return
+        if not isinstance(func, ast.Attribute):
+            return
+        owner = _dotted(func.value) if isinstance(func.value, ast.Name | ast.Attribute) else None
+        if func.attr == "import_module" and owner in ("importlib",) and first is not None:
+            self.add("importable", first)
+        elif (owner, func.attr) in _DIR_CALLS and first is not None:
+            self._path("dir_exists", first)
+        elif owner in _READER_OWNERS and func.attr in _READERS and first is not None:
+            self._path("file_exists", first)
+        elif isinstance(func.value, ast.Call) and _is_path_ctor(func.value):
+            path = _literal_str(func.value.args[0]) if func.value.args else None
+            if path is None:
+                return
+            if func.attr in _PATH_READ_METHODS:
+                mode = _literal_str(node.args[0]) if node.args else "r"
+                self._open(path, mode or "r")
+            elif func.attr in _PATH_WRITE_METHODS:
+                self._write(path)
+            elif func.attr == "iterdir":
+                self._path("dir_exists", path)
+            elif func.attr == "mkdir":
+                parents = any(k.arg == "parents" and _truthy(k.value) for k in node.keywords)
+                resolved = self.scope.resolve(path)
+                if not parents:
+                    self._path("parent_dir_exists", path)
+                self.scope.create(resolved)
+
+    def _open(self, path: str, mode: str) -> None:
+        if any(flag in mode for flag in "wax"):
+            self._write(path)
+        else:
+            self._path("file_exists", path)
+
+    def _write(self, path: str) -> None:
+        if not _plausible_path(path):
+            return
+        self._path("parent_dir_exists", path)
+        self.scope.create(self.scope.resolve(path))
+
+    def _path(self, name: str, path: str) -> None:
+        if not _plausible_path(path):
+            return
+        resolved = self.scope.resolve(path)
+        if self.scope.was_created(resolved):
+            return
+        self.add(name, resolved)
+
+
+def _catches_import_error(handler: ast.expr | None) -> bool:
+    if handler is None:
+        return True
+    names = [handler] if not isinstance(handler, ast.Tuple) else list(handler.elts)
+    return any(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS for n in names)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _literal_str(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _truthy(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and bool(node.value)
+
+
+def _open_mode(node: ast.Call) -> str:
+    if len(node.args) > 1:
+        return _literal_str(node.args[1]) or "w"  # an unknown mode might write: treat as write (no file check)
+    for keyword in node.keywords:
+        if keyword.arg == "mode":
+            return _literal_str(keyword.value) or "w"
+    return "r"
+
+
+def _is_path_ctor(node: ast.Call) -> bool:
+    name = _dotted(node.func) if isinstance(node.func, ast.Name | ast.Attribute) else None
+    return name in ("Path", "pathlib.Path", "PosixPath", "pathlib.PosixPath")
+
+
+def _plausible_path(path: str) -> bool:
+    """A literal that names a file, not a URL, a template or a pseudo-file."""
+    return bool(path) and "://" not in path and "{" not in path and "%" not in path and "\x00" not in path \
+        and len(path) < 4096 and path not in ("-", ".")

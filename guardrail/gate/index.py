@@ -1,0 +1,525 @@
+"""A static module and symbol index of the target interpreter's sys.path and the workspace.
+
+Nothing here imports, executes or writes anything of the workspace or of the target's
+packages: the target interpreter is asked once for its paths (``-I -S``, from a directory
+outside the workspace, so no cwd entry, no ``.pth`` code, no sitecustomize runs), ``.pth``
+files are read as text, modules are found by listing directories the way the import
+system's FileFinder does, and symbol tables come from ASTs. Parsed files are cached by
+(path, mtime, size) so repeated actions on one workspace stay sub-millisecond.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from guardrail.gate.fsview import list_dir, path_state, read_text_capped
+
+__all__ = [
+    "ClassInfo",
+    "ModuleIndex",
+    "ModuleInfo",
+    "ModuleSymbols",
+    "TargetPython",
+    "TargetPythonError",
+    "module_symbols",
+    "target_python",
+]
+
+_QUERY = r"""
+import sys, json, os, site, importlib.machinery as m
+# What site.venv() would do (it does not run under -S): a pyvenv.cfg next to the executable makes
+# the venv the prefix, plus the base prefix when it includes system site-packages.
+exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+prefixes = [sys.prefix, sys.exec_prefix]
+for cfg_path in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+    if os.path.isfile(cfg_path):
+        prefixes = [os.path.dirname(cfg_path)]
+        with open(cfg_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                k, _, v = line.partition("=")
+                if k.strip() == "include-system-site-packages" and v.strip().lower() == "true":
+                    prefixes += [sys.base_prefix, sys.base_exec_prefix]
+        break
+print(json.dumps({
+    "executable": sys.executable,
+    "path": [p for p in sys.path if p],
+    "site": site.getsitepackages(prefixes),
+    "builtins": list(sys.builtin_module_names),
+    "stdlib": sorted(getattr(sys, "stdlib_module_names", ())),
+    "version": list(sys.version_info[:3]),
+    "ext": list(m.EXTENSION_SUFFIXES),
+}))
+"""
+
+
+class TargetPythonError(RuntimeError):
+    """The target interpreter could not be asked for its paths (missing, not Python, timed out)."""
+
+
+@dataclass(frozen=True)
+class TargetPython:
+    """What the agent's interpreter would search, learned without running any of its packages' code."""
+
+    executable: str
+    sys_path: tuple[str, ...]
+    builtins: frozenset[str]
+    stdlib: frozenset[str]
+    version: tuple[int, int, int]
+    ext_suffixes: tuple[str, ...]
+    editable: dict[str, str] = field(default_factory=dict)  # top-level name -> path, from editable finders
+    import_hooks: tuple[str, ...] = ()  # .pth import lines this index did not run (they may add modules)
+
+
+_TARGETS: dict[tuple[str, int], TargetPython] = {}
+_TARGETS_LOCK = threading.Lock()
+
+
+def target_python(python: str | None = None, *, timeout_s: float = 10.0) -> TargetPython:
+    """The target interpreter's search path (asked once per executable and mtime, then cached)."""
+    exe = python or sys.executable
+    try:
+        mtime = os.stat(exe).st_mtime_ns
+    except OSError as exc:
+        raise TargetPythonError(f"target interpreter {exe!r} not found: {exc.strerror}") from exc
+    key = (exe, mtime)
+    cached = _TARGETS.get(key)
+    if cached is not None:
+        return cached
+    # -I: no cwd/script dir on sys.path, no PYTHON* variables, no user site; -S: no site module, so
+    # no .pth line and no sitecustomize runs. cwd is a fresh temp dir: nothing of a workspace is near.
+    with tempfile.TemporaryDirectory(prefix="guardrail-syspath-") as neutral:
+        try:
+            proc = subprocess.run(
+                [exe, "-I", "-S", "-c", _QUERY], cwd=neutral, capture_output=True, text=True,
+                timeout=timeout_s, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise TargetPythonError(f"cannot run target interpreter {exe!r}: {exc}") from exc
+    if proc.returncode != 0:
+        raise TargetPythonError(f"target interpreter {exe!r} failed: {proc.stderr.strip()[-500:]}")
+    try:
+        facts = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise TargetPythonError(f"target interpreter {exe!r} gave no path list: {exc}") from exc
+    entries = list(facts["path"])
+    editable: dict[str, str] = {}
+    hooks: list[str] = []
+    for site_dir in facts["site"]:
+        if os.path.isdir(site_dir) and site_dir not in entries:
+            entries.append(site_dir)
+            _read_pth_files(site_dir, entries, editable, hooks)
+    target = TargetPython(
+        executable=facts["executable"] or exe,
+        sys_path=tuple(entries),
+        builtins=frozenset(facts["builtins"]),
+        stdlib=frozenset(facts["stdlib"]),
+        version=tuple(facts["version"]),  # type: ignore[arg-type]
+        ext_suffixes=tuple(facts["ext"]),
+        editable=editable,
+        import_hooks=tuple(hooks),
+    )
+    with _TARGETS_LOCK:
+        _TARGETS[key] = target
+    return target
+
+
+def _read_pth_files(site_dir: str, entries: list[str], editable: dict[str, str], hooks: list[str]) -> None:
+    """Apply a site dir's .pth path lines as site.py would, reading import lines instead of running them."""
+    names = sorted(n for n in (list_dir(site_dir) or ()) if n.endswith(".pth"))
+    for name in names:
+        text = read_text_capped(os.path.join(site_dir, name), 1 << 20)
+        if text is None:
+            continue
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith(("import ", "import\t")):
+                hooks.append(f"{name}: {line[:200]}")
+                for word in line.replace(";", " ").split():
+                    if word.startswith("__editable__") and word.endswith("_finder"):
+                        editable.update(_editable_mapping(os.path.join(site_dir, word + ".py")))
+                continue
+            path = os.path.join(site_dir, line)
+            if os.path.isdir(path) and path not in entries:
+                entries.append(path)
+
+
+def _editable_mapping(finder_path: str) -> dict[str, str]:
+    """The MAPPING literal of a setuptools editable finder (name -> source path), read from its AST."""
+    text = read_text_capped(finder_path, 1 << 20)
+    if text is None:
+        return {}
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets) and node.value is not None:  # type: ignore[attr-defined]
+            try:
+                value = ast.literal_eval(node.value)  # type: ignore[attr-defined]
+            except (ValueError, SyntaxError, TypeError):
+                return {}
+            if isinstance(value, dict):
+                return {str(k): str(v) for k, v in value.items()}
+    return {}
+
+
+# --------------------------------------------------------------------------- symbol tables
+@dataclass(frozen=True)
+class ClassInfo:
+    methods: frozenset[str]
+    inherits: bool  # has a base other than object: a missing method may be inherited
+    bases: tuple[str, ...] = ()  # the base class expressions, as written
+
+
+@dataclass(frozen=True)
+class ModuleSymbols:
+    """The names a module's top level binds, read from its AST."""
+
+    names: frozenset[str] = frozenset()
+    star_imports: tuple[tuple[str, int], ...] = ()  # (module, relative level) of each `from m import *`
+    all_names: tuple[str, ...] | None = None
+    dynamic: str | None = None  # why missing names are unknown: module __getattr__, globals() writes...
+    path_assigned: bool = False  # __init__ rewrites __path__: submodules cannot be listed statically
+    import_hooks: bool = False  # touches sys.meta_path/path_hooks: its submodules may be synthesized
+    functions: frozenset[str] = frozenset()
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    error: str | None = None  # unreadable, too big or not valid Python: everything about it is unknown
+
+
+_SYMBOLS: dict[str, tuple[int, int, ModuleSymbols]] = {}
+_SYMBOLS_LOCK = threading.Lock()
+_DYNAMIC_CALLS = {"globals", "exec", "vars", "locals"}
+_READ_ONLY_METHODS = {"get", "keys", "items", "values", "copy", "__contains__", "__getitem__"}
+
+
+def module_symbols(path: str) -> ModuleSymbols:
+    """The symbol table of a Python source file, cached by (path, mtime, size)."""
+    state = path_state(path)
+    if state.kind != "file":
+        return ModuleSymbols(error=f"{path} is not a readable file ({state.kind})")
+    cached = _SYMBOLS.get(path)
+    if cached is not None and cached[0] == state.mtime_ns and cached[1] == state.size:
+        return cached[2]
+    text = read_text_capped(path)
+    symbols = ModuleSymbols(error=f"{path} is too large or unreadable") if text is None else symbols_of_source(text)
+    with _SYMBOLS_LOCK:
+        if len(_SYMBOLS) > 20_000:
+            _SYMBOLS.clear()
+        _SYMBOLS[path] = (state.mtime_ns, state.size, symbols)
+    return symbols
+
+
+def symbols_of_source(text: str) -> ModuleSymbols:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return ModuleSymbols(error=f"not parseable: {type(exc).__name__}")
+    names: set[str] = set()
+    stars: list[tuple[str, int]] = []
+    functions: set[str] = set()
+    classes: dict[str, ClassInfo] = {}
+    all_names: list[str] | None = None
+    _bind_block(tree.body, names, stars, functions, classes)
+    for statement in tree.body:  # an unconditional top-level `del x` unbinds x
+        if isinstance(statement, ast.Delete):
+            names.difference_update(t.id for t in statement.targets if isinstance(t, ast.Name))
+    dynamic = _module_level_dynamic(tree.body)
+    path_assigned = False
+    import_hooks = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            names.update(node.names)  # a function that declares a global may bind it when called
+        elif isinstance(node, ast.Attribute) and node.attr in ("meta_path", "path_hooks"):
+            import_hooks = True  # an import hook: submodules may come from anywhere
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
+                and isinstance(node.func.value, ast.Call) and _called(node.func.value, "globals"):
+            dynamic = "updates globals()"
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id == "__path__":
+                    path_assigned = True
+                if isinstance(target, ast.Name) and target.id == "__all__":
+                    all_names = _literal_strings(node.value, all_names)
+                if isinstance(target, ast.Subscript):
+                    if isinstance(target.value, ast.Call) and _called(target.value, "globals"):
+                        dynamic = "assigns into globals()"
+                    elif "modules" in ast.unparse(target.value) and ast.unparse(target.slice) == "__name__":
+                        dynamic = "replaces itself in sys.modules"
+    if "__getattr__" in names:
+        dynamic = "defines a module-level __getattr__"
+    return ModuleSymbols(
+        names=frozenset(names), star_imports=tuple(stars),
+        all_names=None if all_names is None else tuple(all_names), dynamic=dynamic,
+        path_assigned=path_assigned, functions=frozenset(functions), classes=classes, import_hooks=import_hooks,
+    )
+
+
+def _called(node: ast.Call, name: str) -> bool:
+    return isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _module_level_dynamic(body: list[ast.stmt]) -> str | None:
+    """exec/globals()/vars()/locals() run by the module's own top level (not inside a def or class)."""
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(node, None) for node in body]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
+            # globals().get(...) and friends only read; exec, globals() handed to a call, or .update write.
+            reading = isinstance(parent, ast.Attribute) and parent.attr in _READ_ONLY_METHODS
+            if node.func.id == "exec" or not reading:
+                return f"calls {node.func.id}() at module level"
+        stack.extend((child, node) for child in ast.iter_child_nodes(node))
+    return None
+
+
+def _literal_strings(value: ast.expr | None, previous: list[str] | None) -> list[str] | None:
+    if isinstance(value, ast.List | ast.Tuple | ast.Set):
+        found = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return (previous or []) + found
+    return previous
+
+
+def _bind_block(body: list[ast.stmt], names: set[str], stars: list[tuple[str, int]],
+                functions: set[str], classes: dict[str, ClassInfo]) -> None:
+    """Names bound by a block at module level, following if/try/with/for bodies (every branch counts)."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+            functions.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            for n in node.body:
+                if isinstance(n, ast.Assign):
+                    methods.update(t.id for t in n.targets if isinstance(t, ast.Name))
+            inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases) or bool(
+                node.keywords)
+            classes[node.name] = ClassInfo(frozenset(methods), inherits, tuple(ast.unparse(b) for b in node.bases))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                names.add(alias.asname or alias.name.partition(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    stars.append((node.module or "", node.level))
+                else:
+                    names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                _bind_target(target, names)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            _bind_target(node.target, names)
+        elif isinstance(node, ast.For | ast.AsyncFor):
+            _bind_target(node.target, names)
+            _bind_block(node.body + node.orelse, names, stars, functions, classes)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    _bind_target(item.optional_vars, names)
+            _bind_block(node.body, names, stars, functions, classes)
+        elif isinstance(node, ast.If | ast.While):
+            _bind_block(node.body + node.orelse, names, stars, functions, classes)
+        elif isinstance(node, ast.Try | ast.TryStar):
+            _bind_block(node.body + node.orelse + node.finalbody, names, stars, functions, classes)
+            for handler in node.handlers:
+                if handler.name:
+                    names.add(handler.name)
+                _bind_block(handler.body, names, stars, functions, classes)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                _bind_block(case.body, names, stars, functions, classes)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.NamedExpr):
+            _bind_target(node.value.target, names)
+        elif type(node).__name__ == "TypeAlias":  # `type X = ...` (3.12+)
+            names.add(getattr(getattr(node, "name", None), "id", ""))
+
+
+def _bind_target(target: ast.expr, names: set[str]) -> None:
+    if isinstance(target, ast.Name):
+        names.add(target.id)
+    elif isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            _bind_target(element, names)
+    elif isinstance(target, ast.Starred):
+        _bind_target(target.value, names)
+
+
+# --------------------------------------------------------------------------- module resolution
+class ModuleInfo(NamedTuple):
+    """Where a dotted module name resolves: status found|missing|unknown and, when found, its kind."""
+
+    status: str
+    kind: str = ""  # source | package | namespace | extension | builtin | editable
+    path: str = ""  # the .py file (the __init__.py of a package)
+    portions: tuple[str, ...] = ()  # a package's __path__ directories
+    why: str = ""
+
+
+_MISSING_ROOT = "missing"
+
+
+class ModuleIndex:
+    """Resolves dotted module names and their symbols against one target interpreter, statically."""
+
+    def __init__(self, target: TargetPython) -> None:
+        self.target = target
+
+    def search_path(self, search: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(search) + self.target.sys_path
+
+    def find(self, dotted: str, search: tuple[str, ...] = ()) -> ModuleInfo:
+        parts = dotted.split(".")
+        if not all(p.isidentifier() for p in parts):
+            return ModuleInfo("missing", why=f"{dotted!r} is not a valid module name")
+        info = self._find_top(parts[0], search)
+        for depth in range(1, len(parts)):
+            if info.status != "found":
+                return info
+            parent = ".".join(parts[:depth])
+            if info.kind in ("builtin", "extension"):
+                return ModuleInfo("unknown", info.kind, why=f"{parent} is compiled: its submodules are not listable")
+            if info.kind in ("source", "package") and module_symbols(info.path).import_hooks:
+                sub = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent) \
+                    if info.kind == "package" else ModuleInfo("missing")
+                if sub.status != "found":
+                    return ModuleInfo("unknown", why=f"{parent} installs an import hook: its submodules are dynamic")
+                info = sub
+                continue
+            if info.kind == "source":
+                return ModuleInfo("missing", why=f"{parent} is a module, not a package", kind="not_package")
+            info = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent)
+        return info
+
+    def _find_top(self, name: str, search: tuple[str, ...]) -> ModuleInfo:
+        if name in self.target.builtins:
+            return ModuleInfo("found", "builtin")
+        info = self._find_in(name, self.search_path(search), parent_info=None, parent="")
+        if info.status == "missing":
+            if name in self.target.editable:
+                where = self.target.editable[name]
+                init = os.path.join(where, "__init__.py")
+                if path_state(init).kind == "file":
+                    return ModuleInfo("found", "package", init, (where,))
+                if path_state(where).kind == "file":
+                    return ModuleInfo("found", "source", where)
+                return ModuleInfo("unknown", "editable", where, why="editable install mapping")
+            if name in self.target.stdlib:
+                return ModuleInfo("unknown", "frozen", why=f"{name} is a standard module not found as a file")
+        return info
+
+    def _find_in(self, name: str, dirs: tuple[str, ...], *, parent_info: ModuleInfo | None,
+                 parent: str) -> ModuleInfo:
+        portions: list[str] = []
+        unsearchable: list[str] = []
+        for directory in dirs:
+            entries = list_dir(directory)
+            if entries is None:
+                if path_state(directory).kind not in ("missing", "loop"):
+                    unsearchable.append(directory)  # a zip or an unreadable dir: the module may hide there
+                continue
+            if name in entries:
+                sub = os.path.join(directory, name)
+                sub_entries = list_dir(sub)
+                if sub_entries is not None:
+                    if "__init__.py" in sub_entries:
+                        return ModuleInfo("found", "package", os.path.join(sub, "__init__.py"), (sub,))
+                    if any(e.startswith("__init__.") for e in sub_entries):
+                        return ModuleInfo("found", "extension", os.path.join(sub, "__init__"), (sub,))
+                    portions.append(sub)
+            for suffix in self.target.ext_suffixes:
+                if name + suffix in entries:
+                    return ModuleInfo("found", "extension", os.path.join(directory, name + suffix))
+            if name + ".py" in entries:
+                return ModuleInfo("found", "source", os.path.join(directory, name + ".py"))
+            if name + ".pyc" in entries:
+                return ModuleInfo("found", "extension", os.path.join(directory, name + ".pyc"))
+        if portions:
+            return ModuleInfo("found", "namespace", "", tuple(portions))
+        full = f"{parent}.{name}" if parent else name
+        if unsearchable:
+            return ModuleInfo("unknown", why=f"cannot list {unsearchable[0]}")
+        if parent_info is not None and parent_info.kind == "package":
+            if module_symbols(parent_info.path).path_assigned:
+                return ModuleInfo("unknown", why=f"{parent} rewrites __path__")
+        return ModuleInfo("missing", why=f"no module named {full!r}")
+
+    # ----------------------------------------------------------------- names
+    def submodules(self, info: ModuleInfo) -> set[str]:
+        found: set[str] = set()
+        for portion in info.portions:
+            for entry in list_dir(portion) or ():
+                stem, dot, ext = entry.partition(".")
+                if not stem.isidentifier() or stem == "__init__":
+                    continue
+                if (dot and (ext == "py" or entry.endswith(self.target.ext_suffixes))) or (
+                    not dot and list_dir(os.path.join(portion, entry)) is not None
+                ):
+                    found.add(stem)
+        return found
+
+    def top_level_names(self, search: tuple[str, ...] = ()) -> set[str]:
+        """Every importable top-level name (for repair hints)."""
+        found = set(self.target.builtins) | set(self.target.editable)
+        for directory in self.search_path(search):
+            for entry in list_dir(directory) or ():
+                stem = entry.partition(".")[0]
+                if stem.isidentifier():
+                    found.add(stem)
+        return found
+
+    def exported(self, dotted: str, search: tuple[str, ...], *, _seen: frozenset[str] = frozenset(),
+                 ) -> tuple[set[str], str | None]:
+        """Names `dotted` binds (with star re-exports), and why missing names are unknown, if they are."""
+        info = self.find(dotted, search)
+        if info.status != "found":
+            return set(), info.why or "module not resolvable"
+        if info.kind in ("builtin", "extension", "editable"):
+            return set(), f"{dotted} is {info.kind}: its names are not readable statically"
+        names: set[str] = set()
+        if info.kind == "namespace":
+            return self.submodules(info), f"{dotted} is a namespace package: other portions may add names"
+        symbols = module_symbols(info.path)
+        if symbols.error:
+            return set(), symbols.error
+        names |= symbols.names
+        if info.kind == "package":
+            names |= self.submodules(info)
+        unknown = symbols.dynamic
+        if len(_seen) > 8:
+            return names, unknown or "star imports nest too deep"
+        package = dotted if info.kind == "package" else dotted.rpartition(".")[0]
+        for module, level in symbols.star_imports:
+            source = _absolute(module, level, package)
+            if source is None or source in _seen:
+                continue
+            star_names, star_unknown = self.exported(source, search, _seen=_seen | {dotted})
+            names |= star_names
+            unknown = unknown or star_unknown
+        return names, unknown
+
+
+def _absolute(module: str, level: int, package: str) -> str | None:
+    if level == 0:
+        return module
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    if module:
+        base.append(module)
+    return ".".join(base) or None

@@ -1,0 +1,262 @@
+"""Per-step telemetry: the feature vector x_t (channels e, u, m, g) computed once per step and shared by all monitors.
+
+Channels (see ../shared/seeds/002 §3-4, §8):
+- ``e``: a deterministic signed feature hash of the step text's character 3-grams (no model, no network);
+- ``u``: token-uncertainty aggregates from the step's logprobs (dropped when the deployment has none);
+- ``m``: action metadata (tool vs final, error flag, lengths, latency, tool-event structure);
+- ``g``: content grounding (lexical relevance of a tool result to its call and of the text to the
+  episode's context, repeated identical calls, error-shaped and JSON-shaped results).
+
+The hot path (`TelemetryStream.update`) serves the monitor's per-step budget (featurize + score
+<= 60 us median): it touches each character once through C-backed primitives (bytes, numpy,
+`re`), keeps per-episode state in small Python sets, and writes into one preallocated vector.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from guardrail.core.events import Episode, Step, StepKind
+
+__all__ = ["CHANNELS", "Telemetry", "TelemetryStream", "channel_dims"]
+
+CHANNELS = ("e", "u", "m", "g")
+U_DIM = 4
+M_DIM = 8
+G_DIM = 7
+
+_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+# Words that make a result read as a failed call, whatever the tool's own error flag says.
+_ERROR_WORDS = frozenset({"error", "exception", "traceback", "unavailable", "timed", "timeout",
+                          "retry", "failed", "denied"})
+_UNSURE = -2.3  # log(0.1)
+_LOGPROB_FLOOR = 30.0  # a token logprob below -30 carries no more information; bound what a model can emit
+_ERRORISH = re.compile(r"(?i)\b(error|exception|traceback|unavailable|timed out|timeout|too many requests|"
+                       r"rate limit|retry|failed|denied|not found)\b|\b(4\d\d|5\d\d)\b")
+_STATUS = re.compile(r"\b[45]\d\d\b")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_KNUTH = np.uint32(2654435761)  # multiplicative hash constant (Knuth): spreads adjacent 3-gram codes
+_LOW3 = np.uint32(0xFFFFFF)
+
+
+def channel_dims(e_dim: int) -> dict[str, int]:
+    return {"e": e_dim, "u": U_DIM, "m": M_DIM, "g": G_DIM}
+
+
+def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int) -> np.ndarray:
+    """Signed, L2-normalised bag of hashed character 3-grams over the UTF-8 bytes.
+
+    Hot path: about eight numpy calls whatever the text length. The 3-gram codes come from one
+    strided little-endian uint32 view of the bytes (each window's fourth byte masked off), so no
+    Python loop touches a character; the bucket and sign are the top bits of one multiplicative hash.
+    """
+    raw = text.encode("utf-8", "replace")
+    if len(raw) > cap:
+        # Keep head and tail: a tool step's call is at the head, its result's ending at the tail.
+        raw = raw[: cap - cap // 4] + raw[-(cap // 4):]
+    n = len(raw) - 2
+    if n < 1:
+        return np.zeros(e_dim)
+    windows = np.ndarray((n,), dtype="<u4", buffer=raw + b"\0", offset=0, strides=(1,))
+    hashed = (windows & _LOW3) * _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash
+    counts = np.bincount(hashed >> np.uint32(shift - 1), minlength=2 * e_dim)  # top bit of the bucket = sign
+    vec = counts[:e_dim] - counts[e_dim:]
+    norm = math.sqrt(float(vec @ vec))
+    return vec / norm if norm > 0 else vec.astype(float)
+
+
+def _bounded(value: float | int | None, cap: float = 1e9) -> float:
+    """A non-negative finite count or duration (None, NaN, negatives -> 0; huge -> cap)."""
+    if value is None or not value > 0:
+        return 0.0
+    return float(min(value, cap))
+
+
+def _words(text: str, cap: int) -> set[str]:
+    return set(_WORD.findall(text[:cap].lower()))
+
+
+def _args_text(args: Any) -> str:
+    if isinstance(args, dict):
+        return " ".join(str(v) for v in args.values())
+    return str(args)
+
+
+@dataclass
+class Telemetry:
+    """The featurizer. `fit` decides which channels a deployment has; `start` gives a per-episode stream.
+
+    Hyperparameters: `e_dim` (hash buckets, a power of two), `text_cap` (bytes of text hashed per
+    step: bounds the work on untrusted output), `channels` (which channels to use when present).
+    """
+
+    e_dim: int = 32
+    text_cap: int = 1024
+    channels: tuple[str, ...] = CHANNELS
+    min_logprob_coverage: float = 0.5
+    channels_: tuple[str, ...] = field(default=(), init=False)
+    slices_: dict[str, slice] = field(default_factory=dict, init=False)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"e_dim": self.e_dim, "text_cap": self.text_cap, "channels": list(self.channels),
+                "min_logprob_coverage": self.min_logprob_coverage}
+
+    def fit(self, healthy: Sequence[Episode]) -> Telemetry:
+        """Keep the channels the deployment has: `u` only when most healthy steps carry logprobs."""
+        if self.e_dim < 4 or self.e_dim & (self.e_dim - 1):
+            raise ValueError(f"e_dim must be a power of two >= 4, got {self.e_dim}")
+        unknown = set(self.channels) - set(CHANNELS)
+        if unknown:
+            raise ValueError(f"unknown channel(s) {sorted(unknown)}; choose from {CHANNELS}")
+        steps = [s for e in healthy for s in e.steps]
+        with_logprobs = sum(1 for s in steps if s.token_logprobs)
+        has_u = bool(steps) and with_logprobs / len(steps) >= self.min_logprob_coverage
+        self.set_channels(tuple(c for c in CHANNELS if c in self.channels and (c != "u" or has_u)))
+        return self
+
+    def set_channels(self, channels: Sequence[str]) -> None:
+        dims = channel_dims(self.e_dim)
+        self.channels_ = tuple(channels)
+        self.slices_ = {}
+        start = 0
+        for name in self.channels_:
+            self.slices_[name] = slice(start, start + dims[name])
+            start += dims[name]
+
+    @property
+    def dim_(self) -> int:
+        return sum(s.stop - s.start for s in self.slices_.values())
+
+    def start(self, task: str | None = None) -> TelemetryStream:
+        """A per-episode stream; `task` seeds the grounding context when the steps do not carry it."""
+        if not self.slices_:
+            raise RuntimeError("Telemetry is not fitted: call fit(healthy_episodes) first")
+        stream = TelemetryStream(self)
+        if task:
+            stream.set_task(task)
+        return stream
+
+    def transform(self, episode: Episode) -> np.ndarray:
+        """The (T, dim) feature matrix of one episode (the same code path the stream uses)."""
+        stream = self.start(episode.task)
+        out = np.empty((len(episode.steps), self.dim_))
+        for t, step in enumerate(episode.steps):
+            out[t] = stream.update(step)
+        return out
+
+
+class TelemetryStream:
+    """One episode's featurizer: `update(step)` returns x_t; per-episode state is the calls and words seen."""
+
+    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_slices", "_dim")
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._tel = telemetry
+        self._shift = 32 - int(math.log2(telemetry.e_dim))
+        self._seen_calls: set[str] = set()
+        self._context: set[str] = set()
+        self._last_tool: str | None = None
+        self._index = 0
+        self._slices = [(name, sl) for name, sl in telemetry.slices_.items()]
+        self._dim = telemetry.dim_
+
+    def set_task(self, task: str) -> None:
+        self._context = _words(task, self._tel.text_cap)
+
+    def update(self, step: Step) -> np.ndarray:
+        tel = self._tel
+        cap = tel.text_cap
+        text = step.text or ""
+        if step.task and not self._context:
+            self._context = _words(step.task, cap)
+        x = np.empty(self._dim)
+        events = step.tool_events
+        # Results are capped before any work on them (untrusted, possibly megabytes); lengths use the full size.
+        result = "".join((ev.result or "")[:cap] for ev in events) if events else ""
+        for name, sl in self._slices:
+            if name == "e":
+                x[sl] = _hash_trigrams(text, tel.e_dim, self._shift, cap)
+            elif name == "u":
+                x[sl] = self._uncertainty(step.token_logprobs)
+            elif name == "m":
+                x[sl] = self._metadata(step, text, result)
+            else:
+                x[sl] = self._grounding(step, text, result, cap)
+        self._index += 1
+        return x
+
+    @staticmethod
+    def _uncertainty(logprobs: list[float]) -> tuple[float, float, float, float]:
+        n = len(logprobs)
+        if n == 0:
+            return (0.0, 0.0, 0.0, 0.0)
+        # map() over C-level callables keeps the loops out of the interpreter (per-step budget).
+        mean = sum(logprobs) / n
+        low = min(logprobs)
+        if not (math.isfinite(mean) and low > -1e6 and max(logprobs) <= 0.0):
+            # Untrusted input: keep only real log-probabilities, bounded, rather than poison every score.
+            logprobs = [max(v, -_LOGPROB_FLOOR) for v in logprobs if math.isfinite(v) and v <= 0.0]
+            return TelemetryStream._uncertainty(logprobs) if logprobs else (0.0, 0.0, 0.0, 0.0)
+        var = max(sum(map(operator.mul, logprobs, logprobs)) / n - mean * mean, 0.0)
+        unsure = sum(map(_UNSURE.__gt__, logprobs)) / n  # tokens with p < 0.1
+        return (max(mean, -_LOGPROB_FLOOR), max(low, -_LOGPROB_FLOOR), min(math.sqrt(var), _LOGPROB_FLOOR), unsure)
+
+    def _metadata(self, step: Step, text: str, result: str) -> tuple[float, ...]:
+        events = step.tool_events
+        error = step.error or any(ev.is_error for ev in events)
+        return (
+            1.0 if step.kind is StepKind.TOOL_CALL else 0.0,
+            1.0 if step.kind is StepKind.FINAL else 0.0,
+            1.0 if error else 0.0,
+            math.log1p(len(text)),
+            math.log1p(_bounded(step.latency_s)),
+            math.log1p(_bounded(step.output_tokens)),
+            float(len(events)),
+            math.log1p(sum(len(ev.result or "") for ev in events)),
+        )
+
+    def _grounding(self, step: Step, text: str, result: str, cap: int) -> tuple[float, ...]:
+        events = step.tool_events
+        repeated = 0.0
+        same_tool = 0.0
+        arg_relevance = 1.0
+        if events:
+            call_words: set[str] = set()
+            for ev in events:
+                args = _args_text(ev.args)
+                key = ev.name + "\x00" + args
+                if key in self._seen_calls:
+                    repeated += 1.0
+                self._seen_calls.add(key)
+                if ev.name == self._last_tool:
+                    same_tool = 1.0
+                self._last_tool = ev.name
+                call_words |= _words(args, cap)
+            result_words = _words(result, cap)
+            if call_words:
+                # Lexical relevance: does the result mention what was asked for (wrong documents do not)?
+                arg_relevance = len(call_words & result_words) / len(call_words)
+            text_words = result_words
+            self._context |= call_words
+        else:
+            text_words = _words(text, cap)
+        context = self._context
+        # On-topic: the share of this step's words the episode's task and calls already used.
+        context_relevance = len(text_words & context) / len(text_words) if text_words and context else 1.0
+        stripped = result.lstrip()
+        return (
+            arg_relevance,
+            context_relevance,
+            repeated,
+            same_tool,
+            0.0 if not events or (_ERROR_WORDS.isdisjoint(text_words) and not _STATUS.search(result[:cap])) else 1.0,
+            1.0 if stripped[:1] in ("{", "[") else 0.0,
+            math.log1p(len(_NUMBER.findall(result[:cap]))),
+        )

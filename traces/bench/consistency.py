@@ -1,0 +1,366 @@
+"""`guardrail bench consistency`: the naive combined-agreement scorer against the separated classifier (seed 001).
+
+The record's situation with real mechanisms: 12 sandbox tools (`traces.bench.consistency_sandbox`),
+three of them declared deterministic but not; a plan sampler that fabricates arguments in a
+known fraction of plans and, in another fraction, legitimately varies them (paraphrased queries,
+one of several fitting files); N candidates per plan executed in one sandbox epoch; the
+start-up determinism probe; then every plan scored by both scorers in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from guardrail.consistency import (
+    ConsistencyGate,
+    DeterminismRegistry,
+    DeterminismStatus,
+    GateThresholds,
+    PlanDecision,
+    PlanSample,
+    canonical_args,
+    canonical_result,
+    pairwise_agreement,
+)
+from guardrail.consistency.harness import DryRunHarness, ProposedCall
+from guardrail.core.cliutil import Command, emit_json, print_table, progress
+from traces.bench.consistency_sandbox import MISDECLARED, TRENDING, Sandbox
+
+__all__ = ["BENCH", "NaiveCombinedScorer", "PlanSampler", "SampledPlan", "run_benchmark"]
+
+HEALTHY, FABRICATED, AMBIGUOUS = "healthy", "fabricated", "ambiguous"
+
+
+class NaiveCombinedScorer:
+    """The baseline the record replaced: one agreement over (tool, arguments, result) per sample.
+
+    Rejects a plan when that combined agreement is below `threshold` (the record's 0.80) with at
+    least `min_samples` samples. It canonicalizes exactly as the separated gate does, and skips
+    tools declared nondeterministic, so the comparison isolates the one design choice: one
+    combined signal instead of two separate ones checked against a probed registry.
+    """
+
+    def __init__(self, registry: DeterminismRegistry, threshold: float = 0.80, min_samples: int = 5) -> None:
+        self.registry = registry
+        self.threshold = threshold
+        self.min_samples = min_samples
+
+    def agreement(self, samples: Sequence[PlanSample]) -> float:
+        keys = []
+        for sample in samples:
+            schema = self.registry.schema(sample.tool)
+            args = canonical_args(sample.args, unordered=schema.unordered_args if schema else frozenset())
+            result = canonical_result(sample.observed(), unordered=schema.unordered_result if schema else frozenset())
+            keys.append((sample.tool, args, result))
+        return pairwise_agreement(Counter(keys).values())
+
+    def rejects(self, samples: Sequence[PlanSample]) -> tuple[bool, float]:
+        agreement = self.agreement(samples)
+        return len(samples) >= self.min_samples and agreement < self.threshold, agreement
+
+
+@dataclass(frozen=True)
+class SampledPlan:
+    """N candidate calls for one step, and what the sampler did to produce them (the ground truth)."""
+
+    index: int
+    tool: str
+    kind: str  # healthy | fabricated | ambiguous
+    calls: list[ProposedCall]
+
+
+class PlanSampler:
+    """Stands in for the model: proposes N candidate calls per step against the sandbox's real entities.
+
+    A healthy plan repeats one true call in varied surface forms (key order, 1 vs 1.0, JSON text
+    vs object, shuffled order-insensitive lists). A fabricated plan invents the identifier in each
+    candidate from a skewed pool of made-up values, so fabrications sometimes coincide as a
+    model's do. An ambiguous plan picks among several legitimate calls (a paraphrased query, one
+    of several fitting files): low argument agreement that is not hallucination.
+    """
+
+    def __init__(self, sandbox: Sandbox, *, n_samples: int, fabricated_fraction: float,
+                 ambiguous_fraction: float, seed: int) -> None:
+        self.sandbox = sandbox
+        self.n_samples = n_samples
+        self.fabricated_fraction = fabricated_fraction
+        self.ambiguous_fraction = ambiguous_fraction
+        self.rng = random.Random(seed)
+        self.tools = list(sandbox.tools)
+        self.unordered = {schema.name: schema.unordered_args for schema in sandbox.schemas()}
+        invent = random.Random(seed + 1)
+        # Per tool, the made-up values a model tends to produce, most likely first.
+        self._invented: dict[str, list[dict[str, Any]]] = {
+            tool: [self._fabricate(tool, invent, k) for k in range(100)] for tool in self.tools}
+        self._invented_weights = [1.0 / (k + 1) for k in range(100)]  # Zipf: a few inventions are favourites
+
+    def plans(self, n_plans: int) -> Iterator[SampledPlan]:
+        for index in range(n_plans):
+            tool = self.rng.choice(self.tools)
+            draw = self.rng.random()
+            ambiguous = self._ambiguous(tool)
+            if draw < self.fabricated_fraction:
+                kind = FABRICATED
+                arg_sets = self.rng.choices(self._invented[tool], weights=self._invented_weights, k=self.n_samples)
+            elif draw < self.fabricated_fraction + self.ambiguous_fraction and ambiguous:
+                kind = AMBIGUOUS
+                arg_sets = [self.rng.choice(ambiguous) for _ in range(self.n_samples)]
+            else:
+                kind = HEALTHY
+                arg_sets = [self._valid(tool)] * self.n_samples
+            calls = [ProposedCall(tool, self._surface(args, self.unordered.get(tool, frozenset())),
+                                  call_id=f"p{index}s{i}") for i, args in enumerate(arg_sets)]
+            yield SampledPlan(index, tool, kind, calls)
+
+    # ------------------------------------------------------------------ argument makers
+    def _valid(self, tool: str) -> dict[str, Any]:
+        sb, rng = self.sandbox, self.rng
+        makers: dict[str, Callable[[], dict[str, Any]]] = {
+            "search_index": lambda: {"query": " ".join(rng.sample(TRENDING, rng.choice([1, 1, 2]))), "limit": 5},
+            "read_config": lambda: {"key": rng.choice(["db.pool_size", "db.timeout_s", "region", "features",
+                                                        "release"])},
+            "resolve_user": lambda: {"handle": rng.choice(sb.hot_handles if rng.random() < 0.8 else sb.handles)},
+            "get_order": lambda: {"order_id": rng.choice(sb.order_ids),
+                                  "fields": rng.sample(["status", "total", "sku", "customer"], 2)},
+            "lookup_product": lambda: {"sku": rng.choice(sb.skus)},
+            "read_file": lambda: {"path": rng.choice(sb.files)},
+            "list_directory": lambda: {"path": rng.choice(["docs", "src", "notes"])},
+            "file_checksum": lambda: {"path": rng.choice(sb.files)},
+            "count_lines": lambda: {"path": rng.choice(sb.files)},
+            "convert_currency": lambda: {"amount": rng.choice([5, 10, 12.5, 99, 250]), "from_currency": "EUR",
+                                         "to_currency": rng.choice(["USD", "GBP"])},
+            "get_current_time": lambda: {"timezone": "UTC"},
+            "random_sample": lambda: {"population": list(range(10)), "k": 3},
+        }
+        return makers[tool]()
+
+    def _ambiguous(self, tool: str) -> list[dict[str, Any]] | None:
+        files = self.sandbox.files
+        if tool == "search_index":
+            return [{"query": q, "limit": 5} for q in ("deploy rollback", "rollback deploy", "rollback",
+                                                       "canary rollback", "deploy")]
+        if tool in ("read_file", "count_lines", "file_checksum"):
+            docs = [f for f in files if f.startswith("docs/")]
+            return [{"path": p} for p in docs[:5]]
+        if tool == "list_directory":
+            return [{"path": p} for p in ("docs", "notes", "src", ".")]
+        return None
+
+    @staticmethod
+    def _fabricate(tool: str, rng: random.Random, k: int) -> dict[str, Any]:
+        token = f"{rng.randrange(16**6):06x}"
+        made_up: dict[str, dict[str, Any]] = {
+            "search_index": {"query": f"INC-{token}", "limit": 5},
+            "read_config": {"key": f"db.{token}_override"},
+            "resolve_user": {"handle": f"user_{token}"},
+            "get_order": {"order_id": f"ORD-{rng.randrange(5000, 99999)}", "fields": ["status", "total"]},
+            "lookup_product": {"sku": f"SKU-{token}"},
+            "read_file": {"path": f"docs/{token}_guide.md"},
+            "list_directory": {"path": f"archive_{token}"},
+            "file_checksum": {"path": f"src/{token}.py"},
+            "count_lines": {"path": f"notes/{token}.md"},
+            "convert_currency": {"amount": 10, "from_currency": token[:3].upper(), "to_currency": "USD"},
+            "get_current_time": {"timezone": f"Region/{token}"},
+            "random_sample": {"population": [token], "k": 1},
+        }
+        return made_up[tool]
+
+    def _surface(self, args: dict[str, Any], unordered: frozenset[str]) -> Any:
+        """The same call as a model might spell it this time."""
+        rng = self.rng
+        keys = list(args)
+        rng.shuffle(keys)
+        spelled: dict[str, Any] = {}
+        for key in keys:
+            value = args[key]
+            if isinstance(value, int) and not isinstance(value, bool) and rng.random() < 0.3:
+                value = float(value)
+            if isinstance(value, list) and key in unordered:
+                value = rng.sample(value, len(value))
+            spelled[key] = value
+        if rng.random() < 0.2:
+            return json.dumps(spelled)  # models often emit the arguments as JSON text
+        return spelled
+
+
+def _share(numerator: int, denominator: int) -> float | None:
+    return None if denominator == 0 else numerator / denominator
+
+
+def _quantiles(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"n": len(values), "median": statistics.median(ordered), "p10": pick(0.10), "p90": pick(0.90)}
+
+
+def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fabricated_fraction: float = 0.10,
+                  ambiguous_fraction: float = 0.05, naive_threshold: float = 0.80, model_latency_s: float = 2.5,
+                  write_interval_s: float = 0.0005, reload_interval_s: float = 0.001,
+                  show_progress: bool = False) -> dict[str, Any]:
+    """Run both scorers over the same sampled plans in one sandbox; return the figures."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
+            root, seed=seed, write_interval_s=write_interval_s, reload_interval_s=reload_interval_s) as sandbox:
+        registry = DeterminismRegistry(sandbox.schemas())
+        harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
+        probe_started = time.perf_counter()
+        harness.probe(registry)
+        probe_ms = (time.perf_counter() - probe_started) * 1e3
+        by_probe = registry.misdeclared
+        gate = ConsistencyGate(registry, GateThresholds(min_samples=min(5, n_samples)))
+        naive = NaiveCombinedScorer(registry, naive_threshold, min_samples=min(5, n_samples))
+        sampler = PlanSampler(sandbox, n_samples=n_samples, fabricated_fraction=fabricated_fraction,
+                              ambiguous_fraction=ambiguous_fraction, seed=seed)
+
+        kinds: Counter[str] = Counter()
+        naive_rejected: Counter[str] = Counter()
+        separated_rejected: Counter[str] = Counter()
+        naive_fp_cause: Counter[str] = Counter()
+        separated_fp_cause: Counter[str] = Counter()
+        deferrals: Counter[str] = Counter()
+        separated_missed: Counter[str] = Counter()
+        out_of_scope = 0
+        misdeclared_agreement: list[float] = []
+        gate_us: list[float] = []
+        naive_us: list[float] = []
+        tool_us: list[float] = []
+        for plan in progress(sampler.plans(n_plans), desc="plans", total=n_plans, enabled=show_progress):
+            samples: list[PlanSample] = []
+            for call in plan.calls:
+                t0 = time.perf_counter_ns()
+                samples.extend(harness.run([call]))
+                tool_us.append((time.perf_counter_ns() - t0) / 1e3)
+                sandbox.tick(model_latency_s)  # each candidate is one model call, seconds apart
+            if registry.status(plan.tool) is DeterminismStatus.BY_CONTRACT:
+                out_of_scope += 1  # outside both scorers' scope: divergence there carries no signal
+                continue
+            kinds[plan.kind] += 1
+            t0 = time.perf_counter_ns()
+            naive_rejects, combined = naive.rejects(samples)
+            t1 = time.perf_counter_ns()
+            verdict = gate.evaluate(samples)
+            t2 = time.perf_counter_ns()
+            naive_us.append((t1 - t0) / 1e3 / len(samples))
+            gate_us.append((t2 - t1) / 1e3 / len(samples))
+            cause = "ambiguous_arguments" if plan.kind == AMBIGUOUS else (
+                "misdeclared_tool" if plan.tool in MISDECLARED else "other")
+            if plan.kind == HEALTHY and plan.tool in MISDECLARED and combined < 1.0:
+                misdeclared_agreement.append(combined)
+            if naive_rejects:
+                naive_rejected[plan.kind] += 1
+                if plan.kind != FABRICATED:
+                    naive_fp_cause[cause] += 1
+            if verdict.decision is PlanDecision.REJECT:
+                separated_rejected[plan.kind] += 1
+                if plan.kind != FABRICATED:
+                    separated_fp_cause[cause] += 1
+            elif plan.kind == FABRICATED:
+                separated_missed[verdict.reason] += 1  # e.g. tool_not_verified: the price of the validity rule
+            if verdict.decision is PlanDecision.DEFER:
+                deferrals["misdeclared_tool" if plan.tool in MISDECLARED else "other"] += 1
+
+        naive_total = sum(naive_rejected.values())
+        separated_total = sum(separated_rejected.values())
+        found = registry.misdeclared
+        return {
+            "naive_fp_share": _share(naive_total - naive_rejected[FABRICATED], naive_total),
+            "separated_fp_share": _share(separated_total - separated_rejected[FABRICATED], separated_total),
+            "fabricated_recall_naive": _share(naive_rejected[FABRICATED], kinds[FABRICATED]),
+            "fabricated_recall_separated": _share(separated_rejected[FABRICATED], kinds[FABRICATED]),
+            "misdeclared_found": found,
+            "n_plans": n_plans,
+            "added_us_per_sample": statistics.median(gate_us) if gate_us else None,
+            "naive_us_per_sample": statistics.median(naive_us) if naive_us else None,
+            "tool_us_per_sample": statistics.median(tool_us) if tool_us else None,
+            "probe_ms": probe_ms,
+            "misdeclared_truth": list(MISDECLARED),
+            "misdeclared_by_probe": by_probe,
+            "misdeclared_by_quarantine": [t for t in found if t not in by_probe],
+            "n_samples_per_plan": n_samples,
+            "n_in_scope": sum(kinds.values()),
+            "n_out_of_scope": out_of_scope,
+            "n_by_kind": dict(kinds),
+            "naive_rejections": naive_total,
+            "separated_rejections": separated_total,
+            "separated_deferrals": dict(deferrals),
+            "naive_fp_by_cause": dict(naive_fp_cause),
+            "separated_fp_by_cause": dict(separated_fp_cause),
+            "separated_missed_fabricated_by_reason": dict(separated_missed),
+            "misdeclared_combined_agreement": _quantiles(misdeclared_agreement),
+            "tool_status": registry.statuses(),
+            "background_changes": {"index_writes": sandbox.writer.changes, "config_reloads": sandbox.reloader.changes,
+                                   "directory_syncs": sandbox.directory_sync.changes},
+            "params": {"seed": seed, "fabricated_fraction": fabricated_fraction,
+                       "ambiguous_fraction": ambiguous_fraction, "naive_threshold": naive_threshold,
+                       "model_latency_s": model_latency_s, "write_interval_s": write_interval_s,
+                       "reload_interval_s": reload_interval_s, "thresholds": vars(gate.thresholds)},
+            "wall_s": time.perf_counter() - started,
+        }
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plans", type=int, default=4000, help="sampled plans (default 4000, as in the record)")
+    parser.add_argument("--samples", type=int, default=5, help="candidates per plan, N (default 5)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fabricated", type=float, default=0.10, help="fraction of plans with fabricated arguments")
+    parser.add_argument("--ambiguous", type=float, default=0.05,
+                        help="fraction of plans whose arguments legitimately vary")
+    parser.add_argument("--naive-threshold", type=float, default=0.80, help="combined agreement the naive scorer needs")
+    parser.add_argument("--model-latency-s", type=float, default=2.5,
+                        help="seconds one candidate takes to sample, on the user cache's clock (TTL 60 s)")
+    parser.add_argument("--write-interval-ms", type=float, default=0.5, help="search index writer period")
+    parser.add_argument("--reload-interval-ms", type=float, default=1.0, help="config reloader period")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if min(args.model_latency_s, args.write_interval_ms, args.reload_interval_ms) <= 0:
+        sys.stderr.write("guardrail bench consistency: latencies and intervals must be positive\n")
+        return 2
+    if args.plans < 1 or args.samples < 2:
+        sys.stderr.write("guardrail bench consistency: --plans must be >= 1 and --samples >= 2\n")
+        return 2
+    if not (0.0 <= args.fabricated <= 1.0 and 0.0 <= args.ambiguous <= 1.0 - args.fabricated):
+        sys.stderr.write("guardrail bench consistency: --fabricated and --ambiguous must be fractions summing to <= 1\n")
+        return 2
+    figures = run_benchmark(n_plans=args.plans, n_samples=args.samples, seed=args.seed,
+                            fabricated_fraction=args.fabricated, ambiguous_fraction=args.ambiguous,
+                            naive_threshold=args.naive_threshold, model_latency_s=args.model_latency_s,
+                            write_interval_s=args.write_interval_ms / 1e3,
+                            reload_interval_s=args.reload_interval_ms / 1e3, show_progress=not args.json)
+    if args.json:
+        emit_json(figures)
+        return 0
+    print_table([
+        {"scorer": "naive (combined)", "rejections": figures["naive_rejections"],
+         "fp_share": figures["naive_fp_share"], "fabricated_recall": figures["fabricated_recall_naive"],
+         "us_per_sample": figures["naive_us_per_sample"]},
+        {"scorer": "separated", "rejections": figures["separated_rejections"],
+         "fp_share": figures["separated_fp_share"], "fabricated_recall": figures["fabricated_recall_separated"],
+         "us_per_sample": figures["added_us_per_sample"]},
+    ])
+    print(f"\nmis-declared tools found: {figures['misdeclared_found']} "
+          f"(probe: {figures['misdeclared_by_probe']}, quarantine: {figures['misdeclared_by_quarantine']}; "
+          f"truth: {figures['misdeclared_truth']})")
+    print(f"plans: {figures['n_plans']} ({figures['n_by_kind']}, {figures['n_out_of_scope']} out of scope), "
+          f"probe {figures['probe_ms']:.1f} ms, wall {figures['wall_s']:.1f} s")
+    return 0
+
+
+BENCH = Command(
+    help="self-consistency gate: naive combined agreement vs the separated argument/result classifier",
+    add_arguments=_add_arguments,
+    run=_run,
+)
