@@ -21,8 +21,12 @@ next event starts the next one. Use one `AutoGenGuard` per concurrent run.
 
 from __future__ import annotations
 
+from adapters.extras import require
+
+require("autogen", __name__)
+
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -31,7 +35,7 @@ from autogen_agentchat.base import TerminatedException, TerminationCondition
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
 from autogen_core import CancellationToken
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
-from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult
+from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult, ToolSchema, Workbench
 
 from adapters.common import action_from_call, asafe_decision, log
 from adapters.steps import step_from_autogen_result
@@ -44,6 +48,8 @@ __all__ = [
     "GuardAlarmTermination",
     "GuardedChatCompletionClient",
     "GuardedWorkbench",
+    "ObservedChatCompletionClient",
+    "ObservedWorkbench",
 ]
 
 
@@ -226,18 +232,18 @@ class GuardedWorkbench(StaticWorkbench):
         return tool_result
 
 
-class GuardedChatCompletionClient(ChatCompletionClient):
-    """Wraps an agent's model client so every model output reaches the step monitor; delegates everything else."""
+class ObservedChatCompletionClient(ChatCompletionClient):
+    """Wraps a model client and hands every output and its seconds to `on_output`; delegates everything else."""
 
-    def __init__(self, inner: ChatCompletionClient, guarded: AutoGenGuard, *, agent: str | None = None) -> None:
+    def __init__(self, inner: ChatCompletionClient,
+                 on_output: Callable[[CreateResult, float | None], Awaitable[None]]) -> None:
         self.inner = inner
-        self.guarded = guarded
-        self.agent = agent
+        self.on_output = on_output
 
     async def _observe(self, created: CreateResult, latency_s: float | None) -> None:
         try:
-            await self.guarded.on_model_output(created, agent=self.agent, latency_s=latency_s)
-        except Exception as exc:  # noqa: BLE001 - the guard never breaks the agent's model call
+            await self.on_output(created, latency_s)
+        except Exception as exc:  # noqa: BLE001 - an observer never breaks the agent's model call
             log.warning("guardrail could not observe a model output: %s: %s", type(exc).__name__, exc)
 
     async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
@@ -277,6 +283,56 @@ class GuardedChatCompletionClient(ChatCompletionClient):
     @property
     def model_info(self) -> ModelInfo:
         return self.inner.model_info
+
+
+class GuardedChatCompletionClient(ObservedChatCompletionClient):
+    """Wraps an agent's model client so every model output reaches the step monitor; delegates everything else."""
+
+    def __init__(self, inner: ChatCompletionClient, guarded: AutoGenGuard, *, agent: str | None = None) -> None:
+        super().__init__(inner, self._to_guard)
+        self.guarded = guarded
+        self.agent = agent
+
+    async def _to_guard(self, created: CreateResult, latency_s: float | None) -> None:
+        await self.guarded.on_model_output(created, agent=self.agent, latency_s=latency_s)
+
+
+class ObservedWorkbench(Workbench):
+    """Wraps a workbench and reports each tool call's id, name and seconds to `on_call`; delegates the rest."""
+
+    def __init__(self, inner: Workbench, on_call: Callable[[str | None, str, float], None]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.on_call = on_call
+
+    async def list_tools(self) -> list[ToolSchema]:
+        return await self.inner.list_tools()
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None,
+                        cancellation_token: CancellationToken | None = None, call_id: str | None = None) -> ToolResult:
+        started = time.perf_counter()
+        try:
+            return await self.inner.call_tool(name, arguments, cancellation_token, call_id)
+        finally:
+            try:
+                self.on_call(call_id, name, round(time.perf_counter() - started, 6))
+            except Exception as exc:  # noqa: BLE001 - an observer never breaks the agent's tool call
+                log.warning("guardrail could not observe a tool call: %s: %s", type(exc).__name__, exc)
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    async def reset(self) -> None:
+        await self.inner.reset()
+
+    async def save_state(self) -> Mapping[str, Any]:
+        return await self.inner.save_state()
+
+    async def load_state(self, state: Mapping[str, Any]) -> None:
+        await self.inner.load_state(state)
 
 
 class GuardAlarmTermination(TerminationCondition):

@@ -8,16 +8,20 @@ Restoring is the agent's own ``load_state``; the original run's saved states are
 
 from __future__ import annotations
 
+from adapters.extras import require
+
+require("autogen", __name__)
+
 import dataclasses
 import json
-import time
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters.steps import steps_from_autogen_context
+from adapters.autogen import ObservedChatCompletionClient, ObservedWorkbench
+from adapters.steps import step_from_autogen_result, steps_from_autogen_context
 from guardrail.core.events import Finding, Step
 from repair.breaker import BreakerRun
 from repair.driver import CheckpointError
@@ -40,12 +44,29 @@ class AutoGenRun:
     answer: str | None = None
     model_steps: int = 0
     stopped: str | None = None  # why the run ended early ("max_steps", "breaker"), None when it answered
-    latencies: list[float] = field(default_factory=list)  # latencies[i]: seconds model step i took (tools included)
+    # What the saved state does not hold, recorded as the run went: each model call's output (logprobs,
+    # token usage) and seconds, and each tool call's seconds when a guarded workbench measured them.
+    model_outputs: list[dict[str, Any]] = field(default_factory=list)
+    latencies: list[float | None] = field(default_factory=list)
+    tool_latencies: dict[str, float] = field(default_factory=dict)
 
     def steps(self) -> list[Step]:
+        """The run's steps through the adapters' one step path, from the saved context and what was recorded."""
         state = self.states[-1] if self.states else self.initial_state
-        return steps_from_autogen_context(_context_messages(state), task=self.task,
-                                          model_latency_s=self.latencies)
+        context = _context_messages(state)
+        replies = [m for m in context if getattr(m, "type", None) == "AssistantMessage"]
+        if len(self.model_outputs) != len(replies):  # a run saved without its outputs: the context alone
+            return steps_from_autogen_context(context, task=self.task, model_latency_s=self.latencies,
+                                              tool_latency_s=self.tool_latencies)
+        from autogen_core.models import CreateResult
+
+        executed = {item.call_id: item for m in context if getattr(m, "type", None) == "FunctionExecutionResultMessage"
+                    for item in m.content}
+        last = len(replies) - 1
+        return [step_from_autogen_result(i, CreateResult.model_validate(output), executed, task=self.task,
+                                         model_latency_s=self.latencies[i] if i < len(self.latencies) else None,
+                                         tool_latency_s=self.tool_latencies, final=i == last)
+                for i, output in enumerate(self.model_outputs)]
 
     def save(self, path: str | Path) -> None:
         """Write the run (task, every saved state, answer) as versioned JSON, atomically."""
@@ -100,6 +121,24 @@ class AutoGenStepLog:
             raise CheckpointError("step checkpoints need AssistantAgent(max_tool_iterations=1, reflect_on_tool_use=False)")
         self.agent = agent
         self.max_steps = max_steps
+        self._recording: AutoGenRun | None = None
+        # Record every model output where the saved state would lose it (logprobs, usage, seconds).
+        client = getattr(agent, "_model_client", None)
+        if client is not None and not isinstance(client, ObservedChatCompletionClient):
+            agent._model_client = ObservedChatCompletionClient(client, self._on_output)
+        benches = getattr(agent, "_workbench", None)
+        if isinstance(benches, list):
+            agent._workbench = [b if isinstance(b, ObservedWorkbench) else ObservedWorkbench(b, self._on_tool)
+                                for b in benches]
+
+    def _on_tool(self, call_id: str | None, name: str, seconds: float) -> None:
+        if self._recording is not None and call_id:
+            self._recording.tool_latencies[call_id] = seconds
+
+    async def _on_output(self, created: Any, latency_s: float | None) -> None:
+        if self._recording is not None:
+            self._recording.model_outputs.append(created.model_dump(mode="json"))
+            self._recording.latencies.append(latency_s)
 
     async def run(self, task: str, *, on_step: Any = None) -> AutoGenRun:
         """Run `task` from the agent's current state; `on_step(run, step)` may return True to stop early."""
@@ -114,7 +153,8 @@ class AutoGenStepLog:
         """
         await self.agent.load_state(run.state_before(step))
         forked = AutoGenRun(task=run.task, initial_state=run.initial_state, states=list(run.states[:step]),
-                            model_steps=step, latencies=list(run.latencies[:step]))
+                            model_steps=step, model_outputs=list(run.model_outputs[:step]),
+                            latencies=list(run.latencies[:step]), tool_latencies=dict(run.tool_latencies))
         first: list[str] = [run.task] if step == 0 else []  # before step 0 the task itself was not yet sent
         if hint:
             first.append(hint)
@@ -125,10 +165,9 @@ class AutoGenStepLog:
         from autogen_agentchat.messages import TextMessage
 
         pending: list[Any] | None = [TextMessage(content=text, source="user") for text in first] or None
+        self._recording = record
         while record.model_steps < self.max_steps:
-            started = time.perf_counter()
             result = await self.agent.run(task=pending)
-            record.latencies.append(round(time.perf_counter() - started, 6))
             pending = None
             record.model_steps += 1
             record.states.append(await self.agent.save_state())

@@ -17,6 +17,10 @@ gate, ``middleware.observe_node`` feeds the steps and ``middleware.finish_node``
 
 from __future__ import annotations
 
+from adapters.extras import require
+
+require("langgraph", __name__)
+
 import threading
 import time
 import uuid

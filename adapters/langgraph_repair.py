@@ -10,6 +10,10 @@ on the chosen checkpoint's config: the original checkpoints stay in the saver, u
 
 from __future__ import annotations
 
+from adapters.extras import require
+
+require("langgraph", __name__)
+
 import sqlite3
 import uuid
 from collections.abc import Collection, Iterator, Sequence

@@ -279,6 +279,7 @@ class SweAgentGuardHook:
         self.decisions: list[Decision] = []
         self._ctx: EpisodeContext | None = None
         self._pending: dict[int, tuple[Action, Decision]] = {}
+        self._cwds: dict[int, str | None] = {}
         self._task: str | None = None
 
     # SWE-agent calls these; the ones the guard does not need are no-ops.
@@ -323,6 +324,7 @@ class SweAgentGuardHook:
         cwd = state.get("working_dir") if isinstance(state, Mapping) else None
         ctx = self.context
         action = action_from_swe(command, cwd=cwd, call_id=f"step-{ctx.step_index}")
+        self._cwds[id(step)] = cwd  # the directory the action runs in, kept for its step
         decision = self._record(safe_decision("before_action", lambda: self.guard.before_action(ctx, action)))
         if decision.blocked:
             raise self.blocked_error(decision.message() or "blocked by guardrail")
@@ -347,7 +349,8 @@ class SweAgentGuardHook:
         observation = str(getattr(step, "observation", "") or "")
         step_out = step_from_swe_agent(ctx.step_index, action=command, thought=str(getattr(step, "thought", "") or ""),
                                        observation=observation, done=done, task=ctx.task,
-                                       execution_time=getattr(step, "execution_time", None))
+                                       execution_time=getattr(step, "execution_time", None),
+                                       cwd=self._cwds.pop(id(step), None))
         self._record(safe_decision("on_step", lambda: self.guard.on_step(ctx, step_out)))
 
     def on_run_done(self, *, trajectory: Any, info: Any) -> None:

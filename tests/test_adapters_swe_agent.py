@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters.samples import sample
 from adapters.swe_agent import (
     GuardBlockedAction,
     SweAgentGuardHook,
@@ -29,7 +30,7 @@ from guardrail.core.cli import main
 from guardrail.core.events import ActionKind, Finding, StepKind
 from guardrail.core.layer import Layer
 
-TRAJ = Path(__file__).parent / "fixtures" / "traj"
+TRAJ = sample("v0_missing_test_file.traj").parent
 V0 = TRAJ / "v0_missing_test_file.traj"
 V1 = TRAJ / "v1_cd_then_missing.traj"
 

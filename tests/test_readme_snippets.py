@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_AS_IS = [REPO / "README.md", REPO / "docs" / "integrations.md"]
 _BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
-# Each block runs in a fresh namespace of one fresh interpreter (cwd: the repo root), so a block
-# cannot lean on an earlier one and the test process's tracing setup does not leak in.
+# Each block runs in a fresh namespace of one fresh interpreter, in an empty directory outside the
+# repository (as a user would run it), so a block cannot lean on an earlier one, on files of the
+# checkout, or on the test process's tracing setup.
 _RUNNER = textwrap.dedent("""
     import json, sys, traceback
     results = []
@@ -37,12 +38,12 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("path", RUN_AS_IS, ids=lambda p: p.name)
-def test_every_python_block_runs_as_is(path):
+def test_every_python_block_runs_as_is(path, tmp_path):
     blocks = python_blocks(path)
     if not blocks:
         assert path.name != "README.md", "the README must show its integrations as runnable Python blocks"
         return
-    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=REPO, text=True,
+    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=tmp_path, text=True,
                           capture_output=True, timeout=240)
     marker = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
     assert marker, f"the snippet runner died:\n{proc.stderr[-3000:]}"

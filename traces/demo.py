@@ -343,7 +343,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     write("guardrail demo\n\n1. gate (LangGraph create_agent + GuardMiddleware, SQLite checkpointer)\n")
     for item in gate["blocked"]:
         write(f"   BLOCKED {item['tool']}: {item['message']}\n")
-    write(f"   the agent recovered: {gate['answer']}\n")
+    write(f"   the agent's next reply (pre-written in this scripted demo): {gate['answer']}\n")
     write("\n2. verifier (testbed booking agent on LangGraph, arithmetic slip)\n")
     write(f"   answer: {verifier['answer'][:100]}  (true total ${verifier['expected_total']:g})\n")
     for message in verifier["findings"]:

@@ -103,7 +103,8 @@ def _run(args: argparse.Namespace) -> int:
                                                  for k, v in summary["saved"].items()))
         share = summary["repaired_share"]
         print(f"warned slips repaired: {summary['repaired']}/{summary['warned_slips']}"
-              + (f" ({share:.0%})" if share is not None else ""))
+              + (f" ({share:.0%})" if share is not None else "")
+              + " (mechanism check: the scripted agent fixes any action whose feedback names the target)")
     return 0
 
 

@@ -231,7 +231,9 @@ def run_bench(args: argparse.Namespace) -> tuple[list[RungRow], dict[str, Any]]:
             broken=broken,
             unchanged=len(runs) - recovered - broken,
             recovery_rate=round(recovered / wrong_runs, 4) if wrong_runs else None,
-            p_vs_resample=None if rung == "resample" else mcnemar_exact([a for _, a, _ in runs], control),
+            # A p-value on a scripted policy would test the script's constants; only a real model gets one.
+            p_vs_resample=None if rung == "resample" or not args.endpoint
+            else mcnemar_exact([a for _, a, _ in runs], control),
             extra_model_calls=round(sum(c for _, _, c in runs) / len(runs), 3) if runs else 0.0,
             net_success_before=round(correct_before / total, 4) if total else 0.0,
             net_success_after=round((correct_before + net_change) / total, 4) if total else 0.0,
@@ -245,7 +247,8 @@ def run_bench(args: argparse.Namespace) -> tuple[list[RungRow], dict[str, Any]]:
         "flagged_correct": sum(e.correct for e in selected),
         "original_branch_untouched": f"{untouched}/{len(selected)}",
         "repeats": args.repeats,
-        "bonferroni_alpha": round(0.05 / max(1, len(rungs) - 1), 4),
+        "bonferroni_alpha": round(0.05 / max(1, len(rungs) - 1), 4) if args.endpoint else None,
+        "figures": "measured on a real model" if args.endpoint else "mechanism check (scripted policy): no p-values",
         "model": args.model if args.endpoint else "scripted testbed policy",
         "checkpointer": str(workdir / "repair_bench.db"),
     }
@@ -285,9 +288,10 @@ def _run(args: argparse.Namespace) -> int:
         line["p_vs_resample"] = None if p_value is None else f"{p_value:.2g}"
     print_table(table, JSON_KEYS)
     sys.stdout.write("\n" + "\n".join(f"{k}: {v}" for k, v in summary.items()) + "\n")
-    sys.stdout.write(f"significant at Bonferroni alpha {summary['bonferroni_alpha']}: "
-                     + (", ".join(r.rung for r in rows if r.p_vs_resample is not None
-                                  and r.p_vs_resample < summary["bonferroni_alpha"]) or "none") + "\n")
+    if args.endpoint:
+        sys.stdout.write(f"significant at Bonferroni alpha {summary['bonferroni_alpha']}: "
+                         + (", ".join(r.rung for r in rows if r.p_vs_resample is not None
+                                      and r.p_vs_resample < summary["bonferroni_alpha"]) or "none") + "\n")
     sys.stdout.write("\n".join(notes) + "\n")
     return 0
 
