@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,12 @@ from minisweagent.models.test_models import (  # noqa: E402
     make_toolcall_output,
 )
 
-from adapters.mini_swe_agent import BLOCKED_RETURNCODE, GuardedEnvironment, SwerexRuntimeEnvironment, guard_agent  # noqa: E402
+from adapters.mini_swe_agent import (  # noqa: E402
+    BLOCKED_RETURNCODE,
+    GuardedEnvironment,
+    SwerexRuntimeEnvironment,
+    guard_agent,
+)
 from adapters.steps import steps_from_mini_swe_agent  # noqa: E402
 from guardrail import Guard  # noqa: E402
 from guardrail.core.events import StepKind, Verdict  # noqa: E402
