@@ -73,6 +73,7 @@ class GuardedEnvironment:
         self.task = task
         self.on_decision = on_decision
         self.decisions: list[Decision] = []  # every decision that was not a plain allow
+        self.flagged: list[tuple[str, Decision]] = []  # (command, decision) of each command the gate did not allow
         self.blocked: list[tuple[str, Decision]] = []  # (command, decision) of each command that did not run
         self.crashes: list[str] = []  # guard calls that raised (the agent went on: fail-open)
         self._ctx: EpisodeContext | None = None
@@ -135,6 +136,8 @@ class GuardedEnvironment:
         call_id = action.get("tool_call_id") if isinstance(action.get("tool_call_id"), str) else f"cmd-{self._calls}"
         gated = Action.shell(command, cwd=self._cwd(cwd), call_id=call_id)
         decision = self._record(safe_decision("before_action", lambda: self.guard.before_action(ctx, gated)))
+        if decision.verdict is not Verdict.ALLOW:
+            self.flagged.append((command, decision))
         if decision.blocked:
             self.blocked.append((command, decision))
             return blocked_output(decision, command)
