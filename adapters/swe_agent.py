@@ -19,6 +19,7 @@ import os
 import posixpath
 import re
 import shlex
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,10 +85,11 @@ def sample_path(name: str = "") -> Path:
     return folder / name if name else folder
 
 
-def write_sample_workspace(directory: str | os.PathLike[str]) -> Path:
-    """Write the repository the sample trajectories worked on (at ``/testbed`` in their sandbox) into `directory`."""
+def write_sample_workspace(directory: str | os.PathLike[str] | None = None) -> Path:
+    """Write the repository the sample trajectories worked on (at ``/testbed`` in their sandbox) into `directory`
+    (default: a new temporary directory) and return it."""
     spec = json.loads(sample_path("workspace.json").read_text(encoding="utf-8"))
-    root = Path(directory)
+    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="guardrail-sample-"))
     for relative, text in spec["files"].items():
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -178,3 +178,23 @@ def test_a_workspace_symlink_out_of_the_copy_is_never_written(tmp_path):
     audit_files([str(traj)], str(repo))
 
     assert outside.read_text() == "x = 1\n"
+
+
+def test_coding_agents_doc_blocks_run_from_an_empty_directory(tmp_path):
+    """docs/coding-agents.md's Python blocks (the README's mini-swe-agent and audit snippets) run as-is."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    pytest.importorskip("minisweagent", reason="mini-swe-agent is not installed: pip install 'guardrail[swe]'")
+    text = (Path(__file__).resolve().parents[1] / "docs" / "coding-agents.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)  # not the ```python sweagent one
+    assert len(blocks) == 2
+    for code in blocks:
+        assert len([line for line in code.splitlines() if line.strip()]) < 10
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**__import__("os").environ, "MSWEA_SILENT_STARTUP": "1",
+                                   "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / ".mswea")})
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "does not exist" in done.stdout
+    assert [p.name for p in tmp_path.iterdir()] == [".mswea"]  # nothing written where it ran
