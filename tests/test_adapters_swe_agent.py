@@ -91,7 +91,9 @@ def test_a_broken_traj_file_gets_a_clear_error(tmp_path, text, message):
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
                         st.sampled_from(["trajectory", "action", "state", "observation", "info", "history",
-                                         "role", "content", "working_dir"]), inner, max_size=4),
+                                         "role", "content", "working_dir", "messages", "extra", "actions",
+                                         "command", "tool_calls", "returncode", "raw_output", "config"]),
+                        inner, max_size=4),
                     max_leaves=20))
 def test_any_json_reads_as_a_trajectory_or_a_traj_error(tmp_path_factory, document):
     path = tmp_path_factory.mktemp("fuzz") / "x.traj"
@@ -102,6 +104,7 @@ def test_any_json_reads_as_a_trajectory_or_a_traj_error(tmp_path_factory, docume
     except TrajError:
         return
     episode_from_traj(trajectory)  # whatever reads also converts
+    audit_trajectory(trajectory, Guard([]), tmp_path_factory.mktemp("ws"))  # and audits
 
 
 def test_sandbox_root_is_the_ancestor_that_exists_locally(repo):
