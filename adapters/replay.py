@@ -91,12 +91,10 @@ class WorkspaceCopy:
             return None
 
     def write(self, path: Path, text: str) -> bool:
-        if len(text) > MAX_EDIT_BYTES or path.is_symlink():
+        if len(text) > MAX_EDIT_BYTES or path.is_symlink() or self.inside(str(path)) is None:
             return False
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if self.inside(str(path.parent)) is None:
-                return False
             path.write_text(text, encoding="utf-8", errors="surrogateescape")
         except OSError:
             return False

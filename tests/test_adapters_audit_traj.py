@@ -198,3 +198,22 @@ def test_coding_agents_doc_blocks_run_from_an_empty_directory(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert "does not exist" in done.stdout
     assert [p.name for p in tmp_path.iterdir()] == [".mswea"]  # nothing written where it ran
+
+
+def test_an_environment_description_is_validated_field_by_field(tmp_path):
+    from guardrail.app.agent_env import EnvironmentError_
+
+    good = tmp_path / "env.yml"
+    good.write_text("python: 3.8\ndistributions: [numpy==1.24, 'scikit-learn', 7]\n"
+                    "console_scripts: [ok, '..', '../../x', 3]\n")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: x\n")
+
+    env = read_environment(good)
+
+    assert env.python_version == (3, 8)
+    assert env.distributions == {"numpy": "1.24", "scikit-learn": None}
+    assert {"numpy", "sklearn"} <= env.modules()
+    assert env.scripts() == {"ok", "python", "python3", "python3.8", "f2py"}  # numpy installs f2py
+    with pytest.raises(EnvironmentError_, match="no 'dependencies'"):
+        read_environment(bad)

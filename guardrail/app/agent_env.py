@@ -69,7 +69,7 @@ class AgentEnvironment:
             names.add("python" + ".".join(str(v) for v in self.python_version[:2]))
         for dist in self.distributions:
             names.update(_SCRIPTS.get(dist.lower().replace("_", "-"), ()))
-        return {n for n in names if re.fullmatch(r"[\w.+-]+", n)}
+        return {n for n in names if re.fullmatch(r"[\w+-][\w.+-]*", n)}  # a plain file name: no "/", no ".."
 
     def apply(self, guard: Guard, workspace: str | os.PathLike[str], directory: str | os.PathLike[str]) -> int:
         """Point every gate of `guard` at this environment, with its markers under `directory`; the gates changed."""
