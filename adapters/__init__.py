@@ -1,4 +1,4 @@
-"""Framework adapters (LangChain/LangGraph, AutoGen, SWE-agent, OpenTelemetry); each is imported on first use.
+"""Framework adapters (LangChain/LangGraph, AutoGen, SWE-agent, mini-swe-agent, OpenTelemetry); each is imported on first use.
 
 Import the one you need (``from adapters.langchain import GuardMiddleware``) or take it from here:
 ``adapters.GuardMiddleware`` loads only LangChain, so a user without AutoGen can still use LangGraph.
@@ -15,6 +15,8 @@ __all__ = [
     "GuardAlarmTermination",
     "SweAgentGuardHook",
     "GuardSpanProcessor",
+    "guard_agent",
+    "GuardedEnvironment",
 ]
 
 _WHERE = {
@@ -23,6 +25,8 @@ _WHERE = {
     "GuardAlarmTermination": "adapters.autogen",
     "SweAgentGuardHook": "adapters.swe_agent",
     "GuardSpanProcessor": "adapters.span_processor",
+    "guard_agent": "adapters.mini_swe_agent",
+    "GuardedEnvironment": "adapters.mini_swe_agent",
 }
 
 

@@ -8,12 +8,13 @@ must all come out of the same rules, or the monitor scores a distribution it nev
 converter here ends in `build_step` and every tool call in `tool_event`.
 
 Framework messages are read by their documented fields (LangChain's ``type`` = ``"ai"``/``"tool"``,
-AutoGen's ``type`` = ``"AssistantMessage"``, ...), so this module imports no framework: each
-adapter brings its own.
+AutoGen's ``type`` = ``"AssistantMessage"``, mini-swe-agent's ``role`` and ``extra``...), so this module
+imports no framework: each adapter brings its own.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,7 +32,10 @@ __all__ = [
     "steps_from_autogen_context",
     "steps_from_autogen_events",
     "steps_from_langchain",
+    "step_from_mini_swe_agent",
     "step_from_swe_agent",
+    "steps_from_mini_swe_agent",
+    "mini_swe_agent_actions",
     "tool_event",
 ]
 
@@ -260,3 +264,110 @@ def step_from_swe_agent(index: int, *, action: str, thought: str, observation: s
                                              latency_s=execution_time)]
     return build_step(index, content=observation if is_final else thought, events=events, task=task,
                       meta={"cwd": cwd} if cwd else None)
+
+
+# ----------------------------------------------------------------------------- mini-swe-agent
+# mini-swe-agent 1.x put the command in the assistant text as a fenced block; 2.x also keeps the parsed
+# actions in ``extra["actions"]`` (text-based ``mswea_bash_command`` blocks or OpenAI tool calls).
+_MINI_BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
+
+
+def mini_swe_agent_actions(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The commands of one mini-swe-agent assistant message: ``extra["actions"]``, its tool calls, or its fenced block."""
+    extra = message.get("extra")
+    actions = extra.get("actions") if isinstance(extra, Mapping) else None
+    if isinstance(actions, list):
+        return [dict(a) for a in actions if isinstance(a, Mapping) and isinstance(a.get("command"), str)]
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        out = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            args = parse_call_arguments(function.get("arguments")) if isinstance(function, Mapping) else None
+            if isinstance(args, Mapping) and isinstance(args.get("command"), str):
+                out.append({"command": args["command"], "tool_call_id": call.get("id")})
+        return out
+    blocks = _MINI_BLOCK.findall(content_text(message.get("content")))
+    return [{"command": blocks[0].strip()}] if len(blocks) == 1 else []
+
+
+def _is_mini_observation(message: Mapping[str, Any]) -> bool:
+    if message.get("role") == "tool":
+        return True
+    extra = message.get("extra")
+    return message.get("role") == "user" and isinstance(extra, Mapping) and (
+        "raw_output" in extra or "returncode" in extra)
+
+
+def _mini_observation(message: Mapping[str, Any]) -> tuple[str, bool]:
+    """The command's own output (``raw_output`` when kept, else the rendered message) and whether it failed."""
+    extra = message.get("extra") if isinstance(message.get("extra"), Mapping) else {}
+    assert isinstance(extra, Mapping)
+    raw = extra.get("raw_output")
+    output = raw if isinstance(raw, str) else content_text(message.get("content"))
+    code = extra.get("returncode")
+    if code is None:  # a 1.x trajectory keeps only the rendered text
+        found = re.search(r"<returncode>(-?\d+)</returncode>", content_text(message.get("content")))
+        code = int(found.group(1)) if found else None
+    failed = (isinstance(code, int) and not isinstance(code, bool) and code != 0) or bool(extra.get("exception_info"))
+    return output, failed
+
+
+def step_from_mini_swe_agent(index: int, message: Mapping[str, Any], observations: Sequence[Mapping[str, Any]] = (),
+                             *, task: str | None = None, final: bool = False) -> Step:
+    """One mini-swe-agent assistant message and the observation messages answering its commands, as a `Step`.
+
+    Each command is one ``bash`` call; an observation is matched by ``tool_call_id`` when it has one,
+    else by order. A command with no observation never ran (output None).
+    """
+    actions = mini_swe_agent_actions(message)
+    by_id = {o.get("tool_call_id"): o for o in observations if o.get("tool_call_id")}
+    in_order = [o for o in observations if not o.get("tool_call_id")]
+    events = []
+    for position, action in enumerate(actions):
+        call_id = action.get("tool_call_id")
+        reply = by_id.get(call_id) if call_id else (in_order[position] if position < len(in_order) else None)
+        output, failed = _mini_observation(reply) if reply is not None else (None, False)
+        started, ended = _timestamp(message), _timestamp(reply) if reply is not None else None
+        latency = ended - started if started is not None and ended is not None and ended >= started else None
+        events.append(tool_event(call_id or f"step-{index}-{position}", "bash", {"command": action["command"]}, output,
+                                 is_error=failed, latency_s=latency))
+    extra = message.get("extra") if isinstance(message.get("extra"), Mapping) else {}
+    assert isinstance(extra, Mapping)
+    return build_step(index, content=content_text(message.get("content")), events=[] if final else events, task=task,
+                      meta={"cost": extra["cost"]} if isinstance(extra.get("cost"), int | float) else None,
+                      final=final)
+
+
+def _timestamp(message: Mapping[str, Any] | None) -> float | None:
+    extra = message.get("extra") if message is not None else None
+    value = extra.get("timestamp") if isinstance(extra, Mapping) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def steps_from_mini_swe_agent(messages: Sequence[Any], *, task: str | None = None) -> list[Step]:
+    """A mini-swe-agent run's ``messages`` (live or from its trajectory file) as steps, one per assistant message.
+
+    The ``exit`` message ends the run: the turn it answers (the submit command, which raised before
+    any observation) becomes the final step, its text the submission.
+    """
+    turns: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = []
+    exit_message: Mapping[str, Any] | None = None
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role == "assistant":
+            turns.append((message, []))
+        elif role == "exit":
+            exit_message = message
+        elif turns and _is_mini_observation(message):
+            turns[-1][1].append(message)
+    steps = [step_from_mini_swe_agent(i, m, obs, task=task) for i, (m, obs) in enumerate(turns)]
+    if exit_message is not None:
+        answer = content_text(exit_message.get("content"))
+        if turns and not turns[-1][1]:
+            steps[-1] = build_step(len(steps) - 1, content=answer, task=task, final=True)
+        else:
+            steps.append(build_step(len(steps), content=answer, task=task, final=True))
+    return steps

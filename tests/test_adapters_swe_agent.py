@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.samples import sample
 from adapters.swe_agent import (
     GuardBlockedAction,
     SweAgentGuardHook,
@@ -24,13 +23,14 @@ from adapters.swe_agent import (
     episode_from_traj,
     guess_sandbox_root,
     read_traj,
+    sample_path,
 )
 from guardrail import Guard
 from guardrail.core.cli import main
 from guardrail.core.events import ActionKind, Finding, StepKind
 from guardrail.core.layer import Layer
 
-TRAJ = sample("v0_missing_test_file.traj").parent
+TRAJ = sample_path("v0_missing_test_file.traj").parent
 V0 = TRAJ / "v0_missing_test_file.traj"
 V1 = TRAJ / "v1_cd_then_missing.traj"
 
@@ -76,7 +76,7 @@ def test_episode_from_a_trajectory_ends_with_the_submit_step():
 
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not valid JSON"),
-    ('{"history": []}', "no 'trajectory' list"),
+    ('{"history": []}', "no 'trajectory' or 'messages' list"),
     ('{"trajectory": [{"observation": "x"}]}', "no 'action' string"),
     ('{"trajectory": [{"action": "ls", "state": "{broken"}]}', "state is not valid JSON"),
 ])
@@ -92,7 +92,9 @@ def test_a_broken_traj_file_gets_a_clear_error(tmp_path, text, message):
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
                         st.sampled_from(["trajectory", "action", "state", "observation", "info", "history",
-                                         "role", "content", "working_dir"]), inner, max_size=4),
+                                         "role", "content", "working_dir", "messages", "extra", "actions",
+                                         "command", "tool_calls", "returncode", "raw_output", "config"]),
+                        inner, max_size=4),
                     max_leaves=20))
 def test_any_json_reads_as_a_trajectory_or_a_traj_error(tmp_path_factory, document):
     path = tmp_path_factory.mktemp("fuzz") / "x.traj"
@@ -103,6 +105,7 @@ def test_any_json_reads_as_a_trajectory_or_a_traj_error(tmp_path_factory, docume
     except TrajError:
         return
     episode_from_traj(trajectory)  # whatever reads also converts
+    audit_trajectory(trajectory, Guard([]), tmp_path_factory.mktemp("ws"))  # and audits
 
 
 def test_sandbox_root_is_the_ancestor_that_exists_locally(repo):
@@ -131,13 +134,17 @@ def test_audit_of_a_v1_file_follows_the_recorded_cd(repo):
     assert rows[2].decision.verdict.value == "block"  # cat test_calc.py: it is in tests/, not src/
 
 
-def test_audit_traj_command_prints_json_and_exits_1_on_a_block(repo, capsys):
+def test_audit_traj_command_prints_one_json_object_per_action_and_exits_1_on_a_block(repo, capsys):
     code = main(["audit-traj", str(V0), "--workspace", str(repo), "--json"])
 
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 1
-    assert [line["step"] for line in lines] == [3, 4]
-    assert all(line["verdict"] == "block" for line in lines)
+    assert [line["step"] for line in lines] == list(range(7))
+    assert {line["step"] for line in lines if line["verdict"] == "block"} == {3, 4}
+    assert set(lines[3]) == {"trajectory", "step", "action", "verdict", "predicates", "observation_confirms"}
+    assert lines[3]["predicates"][0]["predicate"] == "path_exists"
+    assert lines[3]["observation_confirms"] is True  # "ERROR: file or directory not found" followed the flagged action
+    assert lines[5]["observation_confirms"] is True  # "1 passed" after an allowed action
 
 
 def test_audit_traj_command_refuses_a_file_that_is_not_a_trajectory(tmp_path, capsys):
@@ -145,7 +152,7 @@ def test_audit_traj_command_refuses_a_file_that_is_not_a_trajectory(tmp_path, ca
     bad.write_text("[]")
 
     assert main(["audit-traj", str(bad), "--workspace", str(tmp_path)]) == 2
-    assert "no 'trajectory' list" in capsys.readouterr().err
+    assert "no 'trajectory' or 'messages' list" in capsys.readouterr().err
 
 
 class MissingPathGate(Layer):
@@ -269,3 +276,108 @@ async def test_swe_rex_prober_also_works_from_inside_an_event_loop(repo):
     prober = SweRexProber(LocalRuntime(), command_type=RexCommand, read_request_type=RexReadFileRequest)
 
     assert prober.exists(str(repo / "tests" / "test_calc.py")) is True
+
+
+# ----------------------------------------------------------------------------- SWE-agent's real hook order
+class SweAgentLoop:
+    """SWE-agent 1.x ``DefaultAgent``'s hook order around real bash commands (sweagent/agent/agents.py).
+
+    ``add_hook`` calls ``on_init``; ``run`` calls ``on_run_start``, then per ``step``: ``on_step_start``,
+    ``forward_with_handling`` -> ``forward``: ``on_model_query``, ``on_actions_generated`` (``step.state``
+    is still ``{}``), ``handle_action``: ``on_action_started``, the command runs in the persistent shell,
+    ``on_action_executed``, ``step.state = tools.get_state(env)``; a ``_BlockedActionError`` from the hook
+    re-queries the model with ``blocklist_error_template`` rendered by Jinja2 (``exception_message`` = the
+    error's message), counting against ``max_requeries``; then ``on_step_done``; finally ``on_run_done``.
+    """
+
+    def __init__(self, hook, actions, repo, *, template, state_command=True, max_requeries=3):
+        self.hook, self.actions, self.repo = hook, list(actions), repo
+        self.template, self.state_command, self.max_requeries = template, state_command, max_requeries
+        self.cwd = str(repo)
+        self.requeries: list[str] = []
+        self.observations: list[str] = []
+        self._problem_statement = SimpleNamespace(get_problem_statement=lambda: "add() subtracts; fix src/calc.py")
+        hook.on_init(agent=self)
+
+    def _communicate(self, command):
+        done = subprocess.run(["bash", "-c", 'cd "$0" && eval "$1"; printf "\\n__PWD__%s" "$(pwd)"', self.cwd, command],
+                              capture_output=True, text=True, timeout=30, check=False)
+        output, _, pwd = (done.stdout + done.stderr).rpartition("\n__PWD__")
+        self.cwd = pwd.strip() or self.cwd
+        return output
+
+    def run(self):
+        from jinja2 import Template
+
+        self.hook.on_run_start()
+        step = None
+        while self.actions and not (step and step.done):
+            self.hook.on_step_start()
+            for _ in range(self.max_requeries):
+                step = SimpleNamespace(action=self.actions.pop(0), thought="t", observation="", state={},
+                                       execution_time=None, done=False)
+                try:
+                    self.hook.on_model_query(messages=[], agent="main")
+                    self.hook.on_actions_generated(step=step)
+                except GuardBlockedAction as error:
+                    self.requeries.append(Template(self.template).render(action=step.action,
+                                                                         exception_message=error.args[0]))
+                    continue
+                self.hook.on_action_started(step=step)
+                step.done = step.action == "submit"
+                step.observation = "diff" if step.done else self._communicate(step.action)
+                step.execution_time = 0.01
+                self.hook.on_action_executed(step=step)
+                self.observations.append(step.observation)
+                step.state = {"working_dir": self.cwd, "open_file": "n/a"} if self.state_command else {}
+                break
+            self.hook.on_step_done(step=step, info={})
+        self.hook.on_run_done(trajectory=[], info={"submission": "diff"})
+
+
+def test_hook_in_swe_agents_order_judges_each_action_in_the_previous_steps_working_dir(repo):
+    from adapters.swe_agent import BLOCKLIST_ERROR_TEMPLATE
+    from guardrail.gate.layer import GateLayer
+
+    hook = SweAgentGuardHook(Guard([GateLayer(repo)], mode="intervene"))
+    # The gate cannot follow this cd by itself; only the state SWE-agent reports after it says where the shell is.
+    loop = SweAgentLoop(hook, ["cd \"$(echo src)\"", "cat calc.py", "cat test_calc.py", "cat ../tests/test_calc.py", "submit"],
+                        repo, template=BLOCKLIST_ERROR_TEMPLATE)
+
+    loop.run()
+
+    assert loop.observations[1].startswith("def add")  # cat calc.py in src/, allowed from the state after `cd src`
+    assert len(loop.requeries) == 1  # only cat test_calc.py (it is in tests/) was blocked
+    assert loop.requeries[0].startswith("guardrail blocked this action before it ran")
+    assert f"{repo}/src/test_calc.py does not exist" in loop.requeries[0]
+    assert f"Hint: closest existing paths: {repo}/tests/test_calc.py" in loop.requeries[0]  # the model reads the hint
+    assert "from src.calc import add" in loop.observations[2]  # the corrected action ran
+
+
+def test_hook_follows_cd_itself_when_the_harness_reports_no_state(repo):
+    from adapters.swe_agent import BLOCKLIST_ERROR_TEMPLATE
+    from guardrail.gate.layer import GateLayer
+
+    hook = SweAgentGuardHook(Guard([GateLayer(repo)], mode="intervene"))
+    loop = SweAgentLoop(hook, ["cd src", "cat calc.py", "cat nope.py", "ls", "submit"], repo,
+                        template=BLOCKLIST_ERROR_TEMPLATE, state_command=False)
+
+    loop.run()
+
+    assert loop.observations[1].startswith("def add")
+    assert len(loop.requeries) == 1  # cat nope.py, judged in src/ where `cd src` left the shell
+    assert f"file_exists('{repo}/src/nope.py') is false" in loop.requeries[0]
+
+
+def test_swe_agents_default_template_would_drop_the_warning_and_the_shipped_one_keeps_it():
+    import yaml
+    from jinja2 import Template
+
+    from adapters.swe_agent import BLOCKLIST_ERROR_TEMPLATE, swe_agent_config_path
+
+    shipped = yaml.safe_load(swe_agent_config_path().read_text())["agent"]["tools"]["filter"]["blocklist_error_template"]
+    values = {"action": "cat x", "exception_message": "[guardrail:gate/file_exists] x does not exist Hint: try y"}
+
+    assert shipped == BLOCKLIST_ERROR_TEMPLATE
+    assert "Hint: try y" in Template(shipped).render(**values)
+    assert "Hint" not in Template("Operation '{{action}}' is not supported by this environment.").render(**values)

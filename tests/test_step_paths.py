@@ -11,6 +11,7 @@ path that re-reads them gets the same figures, not new ones.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -20,8 +21,7 @@ from adapters.autogen import AutoGenGuard
 from adapters.autogen_repair import AutoGenRun
 from adapters.langchain import GuardMiddleware
 from adapters.langgraph_repair import LangGraphCheckpoints, repair_langgraph
-from adapters.samples import sample
-from adapters.swe_agent import SweAgentGuardHook, episode_from_traj, read_traj
+from adapters.swe_agent import SweAgentGuardHook, episode_from_traj, read_traj, sample_path
 from guardrail import Episode, Finding, Guard, Result, Step
 from guardrail.core.corpus import _step_line, read_corpus, write_corpus
 from repair import Repairer
@@ -38,7 +38,7 @@ from traces.tasks import make_task
 from traces.tools import BookingDB, booking_tools
 
 DB = BookingDB()
-TRAJ = sample("v0_missing_test_file.traj").parent
+TRAJ = sample_path("v0_missing_test_file.traj").parent
 
 
 def stored_lines(tmp_path: Path, episode: Episode) -> list[str]:
@@ -144,7 +144,8 @@ def test_swe_agent_live_hook_and_trajectory_reader_store_the_same_steps(tmp_path
     stored = stored_lines(tmp_path, episode_from_traj(trajectory))
     recorder = Recorder()
     hook = SweAgentGuardHook(Guard([recorder]))
-    hook._task = trajectory.problem  # what on_init reads off the agent's problem statement
+    problem = SimpleNamespace(get_problem_statement=lambda: trajectory.problem)
+    hook.on_init(agent=SimpleNamespace(_problem_statement=problem))  # SWE-agent's DefaultAgent, as the hook reads it
 
     hook.on_run_start()
     for recorded in trajectory.steps:

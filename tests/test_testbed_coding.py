@@ -96,3 +96,19 @@ def test_fetch_sdist_reuses_the_cached_archive_without_pip(tmp_path: Path) -> No
     root = fetch_sdist("demo-pkg", "1.0", cache=cache)
     assert (root / "PKG-INFO").read_bytes().startswith(b"Metadata-Version")
     assert fetch_sdist("demo-pkg", "1.0", cache=cache) == root
+
+
+def test_the_same_slips_through_mini_swe_agents_real_loop(project: Path) -> None:
+    pytest.importorskip("minisweagent", reason="mini-swe-agent is not installed: pip install 'guardrail[swe]'")
+    from traces.coding.mini import run_mini_task
+
+    agent = CodingAgent(project, slip_rate=1.0, seed=3)
+    task = next(t for t in make_coding_tasks(agent.index, 2, seed=0) if t.symbol == "widen")
+    report, intervene = (run_mini_task(project, agent.index, task, mode, agent._gate, slip_rate=1.0, seed=3)
+                         for mode in ("report", "intervene"))
+    assert report.slips == intervene.slips == 4  # the scripted agent's slips, without the ACI open
+    assert report.crashes == intervene.crashes == 0
+    assert report.blocked == 0 and report.tool_errors >= 3
+    assert intervene.blocked >= 3 and intervene.blocks_visible == intervene.blocked
+    assert intervene.tool_errors < report.tool_errors and intervene.repaired >= 3
+    assert summarize([report, intervene])["modes"]["intervene"]["blocks_visible"] == intervene.blocked

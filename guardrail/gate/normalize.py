@@ -76,6 +76,7 @@ def extract(action: Action, scope: Scope, *, open_file: str | None, schemas: Map
         return extract_python(action.code or "", scope, search=(scope.cwd,), necessary=True, origin="python",
                               target_version=python_version)
     if action.kind is ActionKind.SWE_AGENT:
-        return extract_aci(action.command or "", scope, open_file, python_version=python_version)
+        # Tool schemas may carry a loaded bundle's command signatures (guardrail.gate.bundles.bundle_tools).
+        return extract_aci(action.command or "", scope, open_file, schemas=schemas, python_version=python_version)
     return extract_tool(action.tool or "", action.args, scope, open_file=open_file, schemas=schemas,
                         python_version=python_version)

@@ -5,6 +5,11 @@ The StateMirror paper's RQ8 (../shared/seeds/000_*.txt) reports 15.8% time, 6.0%
 and its recovery rule are in `traces.coding.agent`), so these figures check the mechanism on
 a real project; they are not a claim about a real model.
 
+``--agent mini-swe-agent`` runs the same tasks, seeds and slips through mini-swe-agent's real
+``DefaultAgent`` loop and ``LocalEnvironment`` (`traces.coding.mini`), guarded by
+`adapters.mini_swe_agent`; ``--agent both`` prints the two side by side. Those runs also count
+crashes and blocks, and whether each block's warning reached the model in its next observation.
+
 Run: ``python -m traces.coding --n 20 --seed 0`` (downloads the sdist once into the cache).
 """
 
@@ -26,10 +31,17 @@ __all__ = ["BENCH", "compare_modes", "summarize"]
 MODES = ("report", "intervene")
 
 
-def compare_modes(agent: CodingAgent, n: int, seed: int, *, show_progress: bool = False) -> list[CodingRun]:
-    """Every task in both modes (same task, same slips)."""
+def compare_modes(agent: CodingAgent, n: int, seed: int, *, show_progress: bool = False,
+                  runner: str = "scripted") -> list[CodingRun]:
+    """Every task in both modes (same task, same slips), by the scripted agent or through mini-swe-agent's loop."""
     tasks = make_coding_tasks(agent.index, n, seed)
     jobs = [(task, mode) for task in tasks for mode in MODES]
+    if runner == "mini-swe-agent":
+        from traces.coding.mini import run_mini_task
+
+        return [run_mini_task(agent.root, agent.index, task, mode, agent._gate,  # type: ignore[arg-type]
+                              slip_rate=agent.slip_rate, seed=agent.seed)
+                for task, mode in progress(jobs, desc="mini-swe-agent tasks", total=len(jobs), enabled=show_progress)]
     return [agent.run_task(task, mode)  # type: ignore[arg-type]
             for task, mode in progress(jobs, desc="coding tasks", total=len(jobs), enabled=show_progress)]
 
@@ -51,6 +63,9 @@ def summarize(runs: Sequence[CodingRun]) -> dict[str, Any]:
             "slips": sum(r.slips for r in mode_runs),
             "warned": sum(r.warned for r in mode_runs),
             "false_warnings": sum(r.false_warnings for r in mode_runs),
+            "crashes": sum(r.crashes for r in mode_runs),
+            "blocked": sum(r.blocked for r in mode_runs),
+            "blocks_visible": sum(r.blocks_visible for r in mode_runs),
         }
     report, intervene = rows["report"], rows["intervene"]
 
@@ -73,7 +88,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=20, help="tasks (each run in both modes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slip-rate", type=float, default=0.3, help="chance an action refers to something missing")
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    parser.add_argument("--agent", choices=("scripted", "mini-swe-agent", "both"), default="scripted",
+                        help="the scripted agent, the same agent through mini-swe-agent's real loop, or both")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line per agent")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -91,14 +108,19 @@ def _run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"cannot get the project: {exc}\n")
             return 2
     agent = CodingAgent(root, slip_rate=args.slip_rate, seed=args.seed)
-    summary = summarize(compare_modes(agent, args.n, args.seed, show_progress=not args.quiet))
-    summary.update({"project": str(root), "n": args.n, "seed": args.seed, "slip_rate": args.slip_rate})
-    if args.json:
-        emit_json(summary)
-    else:
+    runners = ("scripted", "mini-swe-agent") if args.agent == "both" else (args.agent,)
+    for runner in runners:
+        summary = summarize(compare_modes(agent, args.n, args.seed, show_progress=not args.quiet, runner=runner))
+        summary.update({"agent": runner, "project": str(root), "n": args.n, "seed": args.seed,
+                        "slip_rate": args.slip_rate})
+        if args.json:
+            emit_json(summary)
+            continue
+        print(f"agent: {runner}")
+        columns = ["mode", "tasks", "steps_total", "tool_errors_total", "tokens_total", "seconds_total",
+                   "slips", "warned", "false_warnings"]
         print_table([{"mode": m, **v} for m, v in summary["modes"].items()],
-                    ["mode", "tasks", "steps_total", "tool_errors_total", "tokens_total", "seconds_total",
-                     "slips", "warned", "false_warnings"])
+                    columns + (["crashes", "blocked", "blocks_visible"] if runner == "mini-swe-agent" else []))
         print("saved by intervene: " + ", ".join(f"{k} {v:.1%}" if v is not None else f"{k} -"
                                                  for k, v in summary["saved"].items()))
         share = summary["repaired_share"]

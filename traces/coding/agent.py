@@ -147,6 +147,9 @@ class CodingRun:
     warned: int = 0  # actions the gate warned about (a violated predicate)
     repaired: int = 0  # warned actions whose next proposal passed the gate
     false_warnings: int = 0  # warnings on actions that were not slips
+    crashes: int = 0  # the agent loop or a guard call raised (mini-swe-agent runs)
+    blocked: int = 0  # commands the guard stopped before they ran (mini-swe-agent runs)
+    blocks_visible: int = 0  # of those, blocks whose warning the model read in its next observation
     transcript: list[tuple[str, str]] = field(default_factory=list)
 
 
