@@ -55,6 +55,7 @@ def evaluate(expression: float | str, values: Mapping[str, float]) -> float:
 
 def _eval(node: ast.expr, values: Mapping[str, float]) -> float:
     if isinstance(node, ast.Constant):
+        assert isinstance(node.value, int | float)  # _parse admits numeric constants only
         return float(node.value)
     if isinstance(node, ast.Name):
         if node.id not in values:

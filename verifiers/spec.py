@@ -15,6 +15,7 @@ adjustments, rounding), `variants` (one spec per task family, as `fit-spec` writ
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 SPEC_FORMAT = "guardrail-verifier-spec"
-SPEC_VERSION = 2  # what this module writes; version 1 files still load
+SPEC_VERSION: Literal[2] = 2  # what this module writes; version 1 files still load
 SPECS_DIR = Path(__file__).parent / "specs"
 CHECKS = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion")
 Check = Literal["total_consistency", "required_coverage", "tool_contract", "grounding", "completion"]
@@ -85,7 +86,7 @@ class ResultShape(_Model):
 
     pattern: str
     kind: Literal["value", "empty", "error"] = "value"
-    support: int | None = Field(None, ge=0)  # fitted: how many healthy results had this shape
+    support: int | None = Field(default=None, ge=0)  # fitted: how many healthy results had this shape
 
     @field_validator("pattern")
     @classmethod
@@ -121,7 +122,7 @@ class LineItem(_Model):
     count: int | None = Field(None, ge=1)  # items the total includes; more observed -> any `count` of them
     optional: bool = False  # the total may leave these items out altogether (an optional extra)
     unit: str | None = None  # what one item is priced per ("night"), for the reader and the messages
-    support: int | None = Field(None, ge=0)
+    support: int | None = Field(default=None, ge=0)
 
     @field_validator("multiplicity")
     @classmethod
@@ -148,14 +149,16 @@ class Requirement(_Model):
     distinct_by: list[str] = Field(default_factory=list)  # argument names that make two calls distinct
     for_each: ForEach | None = None
     args_in_task: list[str] = Field(default_factory=list)
-    support: int | None = Field(None, ge=0)
+    support: int | None = Field(default=None, ge=0)
 
     @field_validator("count")
     @classmethod
     def _valid_count(cls, value: int | str) -> int | str:
         if isinstance(value, int) and value < 0:
             raise ValueError("must be 0 or more")
-        return value if isinstance(value, int) else _valid_expression(value)
+        if isinstance(value, str):
+            _valid_expression(value)
+        return value
 
 
 class Fact(_Model):
@@ -167,7 +170,7 @@ class Fact(_Model):
 
     key_arg: str
     vocabulary: list[str] = Field(default_factory=list)
-    support: int | None = Field(None, ge=0)
+    support: int | None = Field(default=None, ge=0)
 
 
 class Quantity(_Model):
@@ -188,7 +191,7 @@ class Quantity(_Model):
     measure: Literal["value", "items"] = "value"
     separators: list[str] = Field(default_factory=lambda: ["->", ",", " and "])
     scale: float = 1.0
-    support: int | None = Field(None, ge=0)
+    support: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _source_fields(self) -> Quantity:
@@ -233,7 +236,7 @@ class Adjustment(_Model):
 class Rounding(_Model):
     """How a stated total may round the exact one: to `places` decimals, to the nearest, down, up, or either way."""
 
-    places: int = Field(2, ge=0, le=6)
+    places: int = Field(default=2, ge=0, le=6)
     mode: Literal["nearest", "down", "up", "any"] = "nearest"
 
 
@@ -241,9 +244,9 @@ class TotalRule(_Model):
     """What turns the line items into the stated total beyond their sum (version 2)."""
 
     adjustments: list[Adjustment] = Field(default_factory=list)
-    rounding: Rounding = Field(default_factory=Rounding)
-    support: int | None = Field(None, ge=0)  # fitted: healthy runs the whole relation held on
-    chance: float | None = Field(None, ge=0, le=1)  # fitted: share of shuffled run pairs it held on by chance
+    rounding: Rounding = Field(default_factory=lambda: Rounding())
+    support: int | None = Field(default=None, ge=0)  # fitted: healthy runs the whole relation held on
+    chance: float | None = Field(default=None, ge=0, le=1)  # fitted: share of shuffled run pairs it held on by chance
 
 
 class ToolSpec(_Model):
@@ -320,7 +323,7 @@ class VerifierSpec(_Model):
     total_words: list[str] = Field(default_factory=lambda: ["total"])
     constants: list[float] = Field(default_factory=list)  # figures a run may use without a tool giving them
     quantities: dict[str, Quantity] = Field(default_factory=dict)
-    total: TotalRule = Field(default_factory=TotalRule)
+    total: TotalRule = Field(default_factory=lambda: TotalRule())
     variants: list[VerifierSpec] = Field(default_factory=list)  # per task family; the first that matches a run wins
     fitted: FitInfo | None = None
 
@@ -396,7 +399,7 @@ def dump_spec(spec: VerifierSpec) -> str:
     return json.dumps(head | body, indent=2) + "\n"
 
 
-def load_spec(source: str | Path) -> VerifierSpec:
+def load_spec(source: str | os.PathLike[str]) -> VerifierSpec:
     """A spec from a file (.json or .toml) or the name of a shipped spec (``"booking_tour"``)."""
     path = Path(source)
     if not path.exists() and not path.suffix:

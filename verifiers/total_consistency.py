@@ -147,7 +147,7 @@ def check_total_consistency(spec: VerifierSpec, calls: Sequence[Call], answer: s
                           step=step, evidence={"items": {t: len(v) for t, v in items.items()}})]
     if any(matches_total(f.value, total, spec.total.rounding) for f in stated for total in admissible):
         return []
-    recomputed = round(min(admissible, key=lambda t: abs(t - stated[0].value)), 2)
+    recomputed = round(float(min(admissible, key=lambda t: abs(t - stated[0].value))), 2)
     item_desc = {tool: [i.value for i in lst] for tool, lst in items.items()}
     return [finding(
         "total_consistency",
