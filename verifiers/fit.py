@@ -458,7 +458,10 @@ def _fit_coverage(family: _Family, calls: list[list[Call]], tools: dict[str, Too
     updated = dict(tools)
     used: dict[str, Quantity] = {}
     runs = len(calls)
-    required = {tool for tool in tools if all(any(c.tool == tool and c.made for c in run) for run in calls)}
+    # A combining tool (the calculator) is how a run adds up, not something it must find out: the totals
+    # check verifies the arithmetic whichever way it was done, so coverage never requires it.
+    required = {tool for tool in tools if tool not in family.combining
+                and all(any(c.tool == tool and c.made for c in run) for run in calls)}
     for tool in sorted(required):
         count = _count_rule(_made_counts(family, calls, tool), quantities)
         if isinstance(count, str):
@@ -548,8 +551,9 @@ def _fit_family(family: _Family, name: str) -> VerifierSpec:
     tool_multipliers, tool_defs = _tool_quantities(family, spec, calls)
     tools, used = _fit_coverage(family, calls, spec.tools, multipliers | tool_multipliers, defs | tool_defs)
     tools = _fit_facts(family, calls, tools)
-    relation_constants = sorted({float(t.line_item.multiplicity) for t in tools.values()
-                                 if t.line_item is not None and not isinstance(t.line_item.multiplicity, str)} - {1.0})
+    # 0 and 1 never introduce a figure (adding nothing, counting once); the relation's own factors are the task's.
+    relation_constants = sorted({0.0, 1.0} | {float(t.line_item.multiplicity) for t in tools.values()
+                                             if t.line_item is not None and not isinstance(t.line_item.multiplicity, str)})
     checks = [c for c in CHECKS if c != "total_consistency" or with_totals is not None]
     spec = spec.model_copy(update={"tools": tools, "quantities": spec.quantities | used, "checks": checks,
                                    "constants": relation_constants})

@@ -26,7 +26,7 @@ _TOKEN = re.compile(r"(?P<num>(?<!\w)-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<!\w)-?\d+
 _CURRENCY = "$€£"
 _EMPTY_WORDS = re.compile(r"(?i)\b(?:no|not|unknown|none|empty|nothing|unavailable)\b")
 _ERROR_START = re.compile(r"(?i)^\s*(?:error|exception|traceback|failed|failure)\b")
-_NUM_RE = r"\d[\d,]*(?:\.\d+)?"
+_NUM_RE = r"-?\d[\d,]*(?:\.\d+)?"  # a number may carry its sign (a calculator can go below zero)
 _PHRASE_RE = r"[^\W\d_]+(?:[ '’.-]+[^\W\d_]+)*"
 _GENERIC_ERROR = re.compile(r"(?s)(?:Error|ERROR): .*")
 
@@ -163,13 +163,18 @@ def _all_words(text: str) -> set[str]:
 
 
 def _free_text(anchor: str | None, texts: Sequence[str]) -> str:
-    """A shape for long or varied text: anything, with the anchored figure as ``value`` when there is one."""
+    """A shape for long or varied text: anything, with the anchored figure as ``value`` when there is one.
+
+    Text that never looked like JSON in a healthy run must not start looking like it (a JSON
+    payload where prose was expected is a malformed result, not free text).
+    """
+    guard = "" if any(t.lstrip().startswith(("{", "[")) for t in texts) else r"(?![\[{])"
     if anchor in (None, "") or not texts:
-        return r"(?s).+"
+        return rf"(?s){guard}.+"
     if anchor == "*":
-        return rf"(?s)[^\d]*?[{re.escape(_CURRENCY)}]?(?P<value>{_NUM_RE}).*"
+        return rf"(?s){guard}[^\d]*?[{re.escape(_CURRENCY)}]?(?P<value>{_NUM_RE}).*"
     words = r"\s*".join(re.escape(w) for w in anchor.split(" "))
-    return rf"(?s).*?(?P<value>{_NUM_RE})\s*{words}.*"
+    return rf"(?s){guard}.*?(?P<value>{_NUM_RE})\s*{words}.*"
 
 
 @dataclass
