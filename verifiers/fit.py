@@ -195,6 +195,10 @@ def _calls(spec: VerifierSpec, episode: Episode) -> list[Call]:
 
 
 # ------------------------------------------------------------------------------------------ quantities
+def _quantity(source: str, **fields: Any) -> Quantity:
+    return Quantity.model_validate({"from": source, **fields})
+
+
 def _task_quantities(family: _Family) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Quantity]]:
     """(multipliers, rates, their spec definitions) read from the family's task slots."""
     template = family.template
@@ -213,11 +217,11 @@ def _task_quantities(family: _Family) -> tuple[dict[str, np.ndarray], dict[str, 
         if slot.kind == "number":
             values = np.array([float(t) for t in texts])
             (rates if slot.percent else multipliers)[slot.quantity] = values / 100 if slot.percent else values
-            defs[slot.quantity] = Quantity(source="task", pattern=template.slot_pattern(slot, family.tasks),
+            defs[slot.quantity] = _quantity("task", pattern=template.slot_pattern(slot, family.tasks),
                                            scale=0.01 if slot.percent else 1.0, support=len(texts))
         else:
             multipliers[slot.quantity] = np.array([float(count_items(t, SEPARATORS)) for t in texts])
-            defs[slot.quantity] = Quantity(source="task", pattern=template.slot_pattern(slot, family.tasks),
+            defs[slot.quantity] = _quantity("task", pattern=template.slot_pattern(slot, family.tasks),
                                            measure="items", separators=SEPARATORS, support=len(texts))
     return multipliers, rates, defs
 
@@ -238,7 +242,7 @@ def _tool_quantities(family: _Family, spec: VerifierSpec,
             continue  # one item every time: a count that multiplies nothing
         name = f"{tool}_items"
         multipliers[name] = counts
-        defs[name] = Quantity(source="tool", tool=tool, measure="items", support=len(calls))
+        defs[name] = _quantity("tool", tool=tool, measure="items", support=len(calls))
     return multipliers, defs
 
 
@@ -351,7 +355,7 @@ def _with_relation(family: _Family, spec: VerifierSpec, tools: dict[str, ToolSpe
         expression: float | str = multiplier.expression
         if multiplier.keyed:
             expression = re.sub(r"\W", "_", tool) + "_quantity"
-            quantities[expression] = Quantity(source="task", pattern=keyed_patterns[tool], support=len(family.runs))
+            quantities[expression] = _quantity("task", pattern=keyed_patterns[tool], support=len(family.runs))
         elif isinstance(expression, str):
             for name in re.findall(r"[A-Za-z_]\w*", expression):
                 quantities[name] = defs[name]
@@ -589,9 +593,9 @@ def _zero_false_positives(family: _Family, spec: VerifierSpec) -> VerifierSpec:
                     family.messages.append(f"required_coverage: {tool}'s requirement flagged fitting run(s) {shown}; "
                                            "dropped")
                 if any(t not in tools for _, t in hits):
-                    checks.remove(check)
+                    checks = [c for c in checks if c != check]
             else:
-                checks.remove(check)
+                checks = [c for c in checks if c != check]
                 family.messages.append(f"{check}: flagged {len({h[0] for h in hits})} fitting run(s) ({shown}); "
                                        "dropped for this family")
         spec = VerifierSpec.model_validate(spec.model_copy(update={"tools": tools, "checks": checks}).model_dump())

@@ -58,6 +58,10 @@ def _testbed_hand(episode: Episode) -> VerifierSpec:
     return VerifierSpec.model_validate(raw) if raw is not None else load_spec("generic")
 
 
+def _always(spec: VerifierSpec) -> HandSpec:
+    return lambda _episode: spec
+
+
 def _split(healthy: Sequence[Episode], seed: int) -> tuple[list[Episode], list[Episode]]:
     order = list(range(len(healthy)))
     random.Random(seed).shuffle(order)
@@ -126,8 +130,7 @@ def fitted_rows(sentinel: Path | None, testbed: Path | None, seed: int = 0) -> d
         for name in SENTINEL_FIT:
             if (sentinel / name / "manifest.json").is_file():
                 episodes = _labelled(sentinel, name)
-                shipped = corpus_spec(episodes)
-                sources.append((name, episodes, lambda _e, s=shipped: s))
+                sources.append((name, episodes, _always(corpus_spec(episodes))))
     if testbed is not None:
         for path in sorted(testbed.glob("testbed_*")):
             if (path / "manifest.json").is_file():
