@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from guardrail.core.events import Episode, ToolEvent
+from guardrail.core.events import Episode, StepKind, ToolEvent
 from verifiers.fit_shapes import figures_of, fit_shapes, value_anchors
 from verifiers.fit_template import SEPARATORS, Template, make_template, merge_optional
 from verifiers.fit_totals import GroupData, Relation, search_relations
@@ -65,6 +65,7 @@ ANY_TASK = "<any task>"
 DEFAULT_MIN_SUPPORT = 5
 DEFAULT_MAX_CHANCE = 0.05
 MAX_CHANCE_PAIRS = 400
+MIN_CHANCE_PAIRS = 10
 TOTAL_WORDS = ["grand total", "total", "totals", "overall", "altogether", "in all", "comes to", "sum", "answer"]
 ERROR_SHAPES = [r"(?s)(?:Error|ERROR): .*"]
 _EXPRESSION = re.compile(r"\d\s*[-+*/]\s*[\d(]|\(\s*\d")
@@ -383,13 +384,20 @@ def _recalled(spec: VerifierSpec, runs: Sequence[Episode]) -> list[list[Call]]:
 
 
 def _chance(spec: VerifierSpec, family: _Family) -> float | None:
-    """Share of shuffled pairs (one run's answer, another run's observations) the totals check passes."""
+    """Share of shuffled pairs (one run's answer, another run's observations) the totals check passes.
+
+    A pair counts only when the two runs share no observed figure: an answer that also fits a run
+    which saw the same prices is the same fact, not chance (a small catalogue repeats its prices).
+    With fewer than `MIN_CHANCE_PAIRS` such pairs, any two runs that did not observe the same figures count.
+    """
     runs = family.runs
     calls = _recalled(spec, runs)
-    signatures = [tuple(sorted(round(c.classified.value or 0, 2) for c in run if c.classified.kind == "value"))
-                  for run in calls]
-    pairs = [(i, j) for i in range(len(runs)) for j in range(len(runs))
-             if i != j and signatures[i] != signatures[j]]
+    signatures = [frozenset(round(c.classified.value, 2) for c in run if c.classified.kind == "value"
+                            and c.classified.value is not None and c.tool not in family.combining) for run in calls]
+    indexes = range(len(runs))
+    pairs = [(i, j) for i in indexes for j in indexes if i != j and not signatures[i] & signatures[j]]
+    if len(pairs) < MIN_CHANCE_PAIRS:
+        pairs = [(i, j) for i in indexes for j in indexes if i != j and signatures[i] != signatures[j]]
     if not pairs:
         return None
     rng = random.Random(0)
@@ -508,7 +516,7 @@ def _fit_constants(family: _Family, spec: VerifierSpec) -> tuple[list[float], di
                 seen |= {float(v) for v in finding.evidence.get("ungrounded", [])}
             ledger.add_result(call)
         for step in episode.steps:
-            if step.text and not step.tool_events:
+            if step.text and step.kind is not StepKind.TOOL_CALL:
                 for finding in ledger.check_text(step.text, step=step.index):
                     seen |= {float(v) for v in finding.evidence.get("ungrounded", [])}
         per_run.update(seen)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 __all__ = ["MAX_TEMPLATE_TASK_CHARS", "SEPARATORS", "Slot", "Template", "make_template", "merge_optional"]
 
 
-MAX_TEMPLATE_TASK_CHARS = 4_000  # longer task texts are not templated (and not matched)
+MAX_TEMPLATE_TASK_CHARS = 2_000  # longer task texts are not templated (and not matched)
+MAX_SLOTS = 8  # a template with more slots is not one (and its lazy groups could backtrack for long)
 SEPARATORS = ["->", ",", " and ", " or ", ";"]  # how prose lists join their elements
 _ENTITY, _NUMBER, _LIST, _OPTIONAL = "\x01", "\x02", "\x03", "\x04"  # _OPTIONAL brackets an optional clause
 _NUMBER_RE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.]*\w)")
@@ -60,7 +61,7 @@ class Template:
     @property
     def pattern(self) -> str:
         """The full-match regex with a named group per slot."""
-        return "(?s)" + self._join(lambda slot: f"(?P<{slot.group}>{_GROUP_RE[slot.kind]})")
+        return "(?s)^" + self._join(lambda slot: f"(?P<{slot.group}>{_GROUP_RE[slot.kind]})") + "$"
 
     def _join(self, group: Callable[[Slot], str]) -> str:
         parts = [_literal_re(self.literals[0])]
@@ -176,4 +177,6 @@ def make_template(task: str, arg_values: Iterable[str]) -> Template | None:
             slots.append(Slot(kind, group, _name_for([], before, "items_after_", taken)))
         last = match.end()
     literals.append(text[last:])
+    if len(slots) > MAX_SLOTS:
+        return None
     return Template(key=text, slots=tuple(slots), literals=tuple(literals))

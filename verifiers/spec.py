@@ -56,6 +56,7 @@ __all__ = [
 SPEC_FORMAT = "guardrail-verifier-spec"
 SPEC_VERSION: Literal[2] = 2  # what this module writes; version 1 files still load
 SPECS_DIR = Path(__file__).parent / "specs"
+MAX_TASK_MATCH_CHARS = 8_000  # task texts longer than this are not matched against task patterns
 CHECKS = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion")
 Check = Literal["total_consistency", "required_coverage", "tool_contract", "grounding", "completion"]
 _ALL_CHECKS: tuple[Check, ...] = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion")
@@ -288,7 +289,9 @@ class SpecMatch(_Model):
             return False
         if self.task_pattern is not None:
             pattern = _compile(self.task_pattern)
-            return bool(tasks) and all(pattern.search(task) for task in tasks)
+            # A task text past the cap is not matched: bounded time on any input, and the run gets a
+            # less specific spec rather than none.
+            return bool(tasks) and all(len(task) <= MAX_TASK_MATCH_CHARS and pattern.search(task) for task in tasks)
         return True
 
 
