@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["MAX_TEMPLATE_TASK_CHARS", "SEPARATORS", "Slot", "Template", "make_template", "merge_optional"]
 
@@ -129,10 +130,14 @@ def merge_optional(a: Template, b: Template) -> Template | None:
     return Template(key=key.replace(longer, merged, 1) if longer in key else key, slots=slots, literals=literals)
 
 
-def _entities(arg_values: Iterable[str]) -> list[str]:
-    values = {v.strip() for v in arg_values
-              if isinstance(v, str) and 3 <= len(v.strip()) <= 60 and not re.fullmatch(r"[\d.,\s]+", v)}
-    return sorted(values, key=len, reverse=True)
+@lru_cache(maxsize=8)
+def _entity_regex(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One alternation of every entity, longest first, so a task is scanned once however many there are."""
+    kept = sorted({v.strip() for v in values
+                   if 3 <= len(v.strip()) <= 60 and not re.fullmatch(r"[\d.,\s]+", v)}, key=len, reverse=True)
+    if not kept:
+        return None
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(v) for v in kept) + r")(?!\w)", re.IGNORECASE)
 
 
 def _name_for(words_after: list[str], words_before: list[str], prefix: str, taken: set[str]) -> str:
@@ -150,8 +155,9 @@ def make_template(task: str, arg_values: Iterable[str]) -> Template | None:
     text = " ".join(task.split())
     if not text or len(text) > MAX_TEMPLATE_TASK_CHARS:
         return None
-    for entity in _entities(arg_values):
-        text = re.sub(rf"(?<!\w){re.escape(entity)}(?!\w)", _ENTITY, text, flags=re.IGNORECASE)
+    entity_re = _entity_regex(tuple(sorted(v for v in arg_values if isinstance(v, str))))
+    if entity_re is not None:
+        text = entity_re.sub(_ENTITY, text)
     text = _NUMBER_RE.sub(_NUMBER, text)
     text = _LIST_RE.sub(_LIST, text)
     slots: list[Slot] = []
