@@ -223,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
         print_table(report["fitted"])
         print_table(report["fitted_summary"])
     if report["fitted_transfer"]:
-        print("\nFitted on every healthy organic_demo7b_cold run, verifying organic_demo7b_ext (held out)")
+        print("\nFitted on every healthy organic_demo7b_cold run, verifying ext (held out) and provoked")
         print_table(report["fitted_transfer"])
     if report["fit_seconds"]:
         timing = report["fit_seconds"]

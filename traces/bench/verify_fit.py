@@ -143,18 +143,24 @@ def fitted_rows(sentinel: Path | None, testbed: Path | None, seed: int = 0) -> d
 
 
 def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
-    """Fit on every healthy cold episode, verify the held-out ext corpus: fitted beside the booking_tour spec."""
-    if not all((sentinel / n / "manifest.json").is_file() for n in ("organic_demo7b_cold", "organic_demo7b_ext")):
+    """Fit on every healthy cold episode and verify ext (held out) and provoked (2 healthy runs: nothing to fit
+    on there), beside the booking_tour spec."""
+    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
         return []
     fitted = fit_spec(e for e in _labelled(sentinel, "organic_demo7b_cold") if e.is_healthy)
     hand = load_spec("booking_tour")
-    fit_counts: dict[str, Counter[str]] = defaultdict(Counter)
-    hand_counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for episode in _labelled(sentinel, "organic_demo7b_ext"):
-        _count(fit_counts, episode, verify_episode(episode, fitted).flags)
-        _count(hand_counts, episode, verify_episode(episode, hand).flags)
-    name = "cold -> organic_demo7b_ext (held out)"
-    return _rows(name, "fitted on cold", fit_counts) + _rows(name, "booking_tour", hand_counts)
+    rows: list[dict[str, Any]] = []
+    for target, note in (("organic_demo7b_ext", " (held out)"), ("organic_demo7b_provoked", "")):
+        if not (sentinel / target / "manifest.json").is_file():
+            continue
+        fit_counts: dict[str, Counter[str]] = defaultdict(Counter)
+        hand_counts: dict[str, Counter[str]] = defaultdict(Counter)
+        for episode in _labelled(sentinel, target):
+            _count(fit_counts, episode, verify_episode(episode, fitted).flags)
+            _count(hand_counts, episode, verify_episode(episode, hand).flags)
+        name = f"cold -> {target}{note}"
+        rows += _rows(name, "fitted on cold", fit_counts) + _rows(name, "booking_tour", hand_counts)
+    return rows
 
 
 def fit_timing(testbed: Path | None, repeats: int = 3) -> dict[str, Any] | None:
