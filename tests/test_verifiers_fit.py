@@ -208,3 +208,21 @@ def test_a_spec_fitted_on_cold_healthy_runs_catches_every_cold_failure(cold):
     caught = {e.episode_id: bool(findings(e, spec)) for e in cold}
     assert not any(caught[e.episode_id] for e in cold if e.is_healthy)
     assert all(caught[e.episode_id] for e in cold if not e.is_healthy)
+
+
+def test_json_results_get_a_json_schema_contract_that_a_broken_payload_violates():
+    def quote_run(seed: int, result: str | None = None) -> Episode:
+        price = 100 + seed
+        body = result or json.dumps({"item": f"room {seed}", "price": price, "tags": ["a"]})
+        steps = [Step(index=0, kind=StepKind.TOOL_CALL, tool_events=[ToolEvent(name="quote", args={"id": seed},
+                                                                              result=body)]),
+                 Step(index=1, kind=StepKind.FINAL, text="Booked.")]
+        return Episode(episode_id=f"j{seed}", steps=steps)
+
+    spec = fit_spec([quote_run(s) for s in range(8)])
+    schema = spec.variants[0].tools["quote"].json_schema
+    assert schema is not None and set(schema["required"]) == {"item", "price", "tags"}  # type: ignore[arg-type]
+    assert findings(quote_run(9), spec) == []
+    # A malformed result is flagged, and is no answer either (the call still had to be made).
+    assert findings(quote_run(10, '{"item": "room", "price": }'), spec) == ["tool_contract", "required_coverage"]
+    assert findings(quote_run(11, '{"item": "room"}'), spec) == ["tool_contract", "required_coverage"]
