@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 REPO = Path(__file__).resolve().parents[1]
-SENTINEL = REPO.parent / "shared" / "corpora" / "sentinel"
+# GUARDRAIL_SENTINEL points a checkout that does not sit beside shared/ (a worktree) at the corpora.
+SENTINEL = Path(os.environ.get("GUARDRAIL_SENTINEL") or REPO.parent / "shared" / "corpora" / "sentinel")
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()

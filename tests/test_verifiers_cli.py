@@ -96,7 +96,7 @@ def test_bench_verify_reports_ours_beside_the_published_figures(sentinel_dir, tm
     # The cold corpus alone (the full bench reads every corpus: `guardrail bench verify`).
     (tmp_path / "results").symlink_to(sentinel_dir / "results")
     (tmp_path / "organic_demo7b_cold").symlink_to(sentinel_dir / "organic_demo7b_cold")
-    status = main(["bench", "verify", "--json", "--sentinel", str(tmp_path)])
+    status = main(["bench", "verify", "--json", "--sentinel", str(tmp_path), "--no-testbed"])
     report = json.loads(capsys.readouterr().out)
     assert status == 0
     cold_healthy = next(r for r in report["organic"] if r["corpus"] == "organic_demo7b_cold" and r["label"] == "healthy")
@@ -104,3 +104,9 @@ def test_bench_verify_reports_ours_beside_the_published_figures(sentinel_dir, tm
     assert [r["label"] for r in report["organic"]] == ["healthy", "arithmetic_error", "hallucinated", "incomplete"]
     assert report["injected"] == [] and report["tool_contract_healthy"] == {"flagged": 0, "healthy": 63,
                                                                            "published": "0/1825"}
+    # Fitted on 60% of cold's healthy runs, beside the hand-written booking_tour spec on the rest.
+    fitted = {(r["spec"], r["label"]): r for r in report["fitted"]}
+    assert fitted[("fitted", "healthy")]["any"] == fitted[("hand-written", "healthy")]["any"] == "0/25"
+    assert fitted[("fitted", "arithmetic_error")]["with_coverage"] == "37/37"
+    assert report["fitted_summary"][0]["k_fold_healthy_flagged"] == "0/63"
+    assert report["fitted_transfer"] == [] and report["fit_seconds"] is None  # no ext corpus, no testbed here

@@ -45,7 +45,10 @@ def _required(goal: Goal) -> dict[str, dict[str, Any]]:
 
 
 def _line_items(goal: Goal) -> tuple[dict[str, dict[str, Any]], list[float], bool]:
-    """(line items per tool, constants, whether a total can be checked from line items at all)."""
+    """(line items per tool, constants, whether a total can be checked from line items at all).
+
+    Multiplicities are numbers or expressions over `_QUANTITIES` (version 2 of the spec format).
+    """
     if isinstance(goal, RouteGoal):
         return ({"lookup_flight": {"multiplicity": 1, "key_args": _KEY_ARGS["lookup_flight"], "count": 2},
                  "lookup_hotel": {"multiplicity": goal.nights, "key_args": ["city"], "count": 1}},
@@ -62,12 +65,21 @@ def _line_items(goal: Goal) -> tuple[dict[str, dict[str, Any]], list[float], boo
                  "search_docs": {"multiplicity": 2 * goal.bags, "key_args": ["query"], "count": 1}},
                 [goal.bags, 2], True)
     if isinstance(goal, CatalogGoal):
-        # Each item has its own quantity; one multiplicity per tool cannot say that, so totals are not checked.
-        return {}, sorted({float(q) for q, _ in goal.items}), False
+        # Each item counts its own quantity, read from the task next to the item's name.
+        return ({"search_catalog": {"multiplicity": "quantity", "key_args": ["query"], "count": len(goal.items)}},
+                sorted({float(q) for q, _ in goal.items}), True)
     if isinstance(goal, TravellersGoal):
-        # The fare counts once per traveller listed in a file: a count no priced line item carries.
-        return {}, [], False
+        # The fares count once per traveller listed in the file the run reads.
+        return ({"lookup_flight": {"multiplicity": "travellers", "key_args": _KEY_ARGS["lookup_flight"], "count": 2}},
+                [], True)
     return {}, [], False
+
+
+# Quantities a multiplicity may name: a per-item quantity from the task text, a head count from a file.
+_QUANTITIES: dict[str, dict[str, Any]] = {
+    "quantity": {"from": "task", "pattern": r"(?P<value>\d+) x {key}"},
+    "travellers": {"from": "tool", "tool": "read_file", "measure": "items"},
+}
 
 
 def verifier_spec(task_text: str) -> dict[str, Any] | None:
@@ -89,12 +101,13 @@ def verifier_spec(task_text: str) -> dict[str, Any] | None:
         tools[tool] = spec
     checks = ["required_coverage", "tool_contract", "completion"]
     if totals:
-        # Grounding needs the same thing totals do: each priced item's units. Without them (per-item
-        # quantities, a head count read from a file) a correct total looks ungrounded, so neither runs.
+        # Grounding needs the same thing totals do: each priced item's units (a number, a per-item
+        # quantity, a head count read from a file); without them a correct total looks ungrounded.
         checks = ["total_consistency", *checks[:2], "grounding", checks[2]]
+    used = {str(i["multiplicity"]) for i in items.values()}
     return {
         "format": "guardrail-verifier-spec",
-        "version": 1,
+        "version": 2,
         "name": f"testbed_{goal.kind}",
         "description": f"testbed task ({goal.kind}): {goal.text()}",
         "match": {"tools_all": sorted(required), "task_pattern": re.escape(goal.text())},
@@ -104,6 +117,7 @@ def verifier_spec(task_text: str) -> dict[str, Any] | None:
         "error_shapes": [r"(?s)(?:Error|ERROR): .*"],
         "total_words": ["total", "comes to", "answer"],
         "constants": [float(c) for c in constants],
+        "quantities": {name: q for name, q in _QUANTITIES.items() if name in used},
     }
 
 

@@ -12,9 +12,12 @@ import re
 from collections.abc import Iterable
 
 from guardrail.core.events import Finding
+from verifiers.expressions import MissingQuantity
 from verifiers.numbers import find_figures, find_numbers, same_amount
 from verifiers.observed import Call, arg_key, finding, undecided
+from verifiers.quantities import MAX_TASK_CHARS, resolve_quantities
 from verifiers.spec import VerifierSpec
+from verifiers.total_consistency import admissible_totals, line_items, matches_total
 
 __all__ = ["GroundingLedger", "MAX_SUMS"]
 
@@ -26,13 +29,31 @@ _CLAUSES = re.compile(r",|\b(?:while|whereas|but|although)\b", re.IGNORECASE)
 class GroundingLedger:
     """The figures a run has received so far, and the checks that read against them."""
 
-    def __init__(self, spec: VerifierSpec) -> None:
+    def __init__(self, spec: VerifierSpec, task: str | None = None) -> None:
         self.spec = spec
+        self.task = task
         self.values_: list[float] = list(spec.constants)  # every figure received (and the constants)
         self.sums_: set[int] = {0}  # sums of distinct items (each times its multiplicity), in integer cents
         self._item_keys: set[tuple[str, tuple[str | None, ...]]] = set()
         self.saturated_ = False
         self.facts_: dict[str, dict[str, str]] = {}  # fact tool -> argument value -> the value it returned
+        self.calls_: list[Call] = []
+        self._totals: tuple[int, set[float] | None] = (-1, None)
+        # The task's own numbers (nights, quantities, a tax rate) are the user's, so a run may use them.
+        self.values_.extend(find_numbers((task or "")[:MAX_TASK_CHARS]))
+        self.quantities_ = resolve_quantities(spec, task, [])
+        self._add_quantity_values()
+        self._quantity_tools = {q.tool for q in spec.quantities.values() if q.source == "tool"}
+
+    def _add_quantity_values(self) -> None:
+        self.values_.extend(self.quantities_.values.values())
+        for adjustment in self.spec.total.adjustments:
+            if adjustment.kind in ("percent_add", "percent_off"):
+                try:
+                    rate = self.quantities_.evaluate(adjustment.by)
+                except MissingQuantity:
+                    continue
+                self.values_.append(1 + rate if adjustment.kind == "percent_add" else 1 - rate)
 
     # ------------------------------------------------------------------ learning
     def _add_atom(self, value: float) -> None:
@@ -47,6 +68,11 @@ class GroundingLedger:
 
     def add_result(self, call: Call) -> None:
         """Record what one tool call returned."""
+        self.calls_.append(call)
+        if call.tool in self._quantity_tools and call.made:
+            known = set(self.quantities_.values)
+            self.quantities_ = resolve_quantities(self.spec, self.task, self.calls_)
+            self.values_.extend(v for k, v in self.quantities_.values.items() if k not in known)
         value = call.classified.value
         if call.classified.kind != "value":
             return
@@ -65,8 +91,12 @@ class GroundingLedger:
             return
         self._item_keys.add(item_key)
         if item is not None:
-            self.values_.append(round(value * item.multiplicity, 2))
-            self._add_atom(round(value * item.multiplicity, 2))
+            try:
+                scaled = round(value * self.quantities_.evaluate(item.multiplicity, item_key[1]), 2)
+            except MissingQuantity:  # a multiplier the run has not read yet: the total check still sees it
+                scaled = value
+            self.values_.append(scaled)
+            self._add_atom(scaled)
         self._add_atom(value)
 
     # ------------------------------------------------------------------ checking
@@ -81,7 +111,21 @@ class GroundingLedger:
         if self.saturated_:
             return True
         # Sums are whole cents, so the cent itself is the whole `same_amount` tolerance: no scan needed.
-        return round(value * 100) in self.sums_
+        if round(value * 100) in self.sums_:
+            return True
+        totals = self._admissible_totals()
+        return totals is not None and any(matches_total(value, t, self.spec.total.rounding) for t in totals)
+
+    def _admissible_totals(self) -> set[float] | None:
+        """The totals the spec admits from the items so far (quantities and adjustments applied), cached per call count."""
+        if self._totals[0] != len(self.calls_):
+            try:
+                totals = admissible_totals(self.spec, line_items(self.spec, self.calls_),
+                                           resolve_quantities(self.spec, self.task, self.calls_))
+            except MissingQuantity:
+                totals = None
+            self._totals = (len(self.calls_), totals)
+        return self._totals[1]
 
     def check_call(self, call: Call) -> list[Finding]:
         """Check a combining tool's expression before its result joins the ledger."""

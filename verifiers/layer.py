@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ __all__ = ["VerifierLayer"]
 
 @dataclass
 class _RunState:
+    spec: VerifierSpec  # the variant of a fitted spec this run's task and tools picked
     ledger: GroundingLedger
     calls: list[Call] = field(default_factory=list)
     saw_results: bool = False  # after_result fed this run, so steps' tool events are already counted
@@ -31,21 +33,24 @@ class VerifierLayer(Layer):
     calculator) for ungrounded figures, at the step the result arrives; ``on_step`` grounds the
     figures in the agent's own text; ``on_finish`` runs total consistency, required coverage and
     completion. Every finding is blocking, so intervene mode blocks a malformed result and asks
-    for repair of a wrong answer. `contracts` (tool name -> `Contract`) override the spec's shapes,
-    e.g. ``{"lookup": Contract.from_callable(lookup)}``.
+    for repair of a wrong answer. `spec` is a spec, a shipped spec's name or a spec file (a fitted
+    one picks its variant per run from the task text and the tools). `contracts` (tool name ->
+    `Contract`) override the spec's shapes, e.g. ``{"lookup": Contract.from_callable(lookup)}``.
     """
 
     name = "verifier"
 
-    def __init__(self, spec: VerifierSpec | str, contracts: Mapping[str, Contract] | None = None) -> None:
-        self.spec: VerifierSpec = load_spec(spec) if isinstance(spec, str) else spec
+    def __init__(self, spec: VerifierSpec | str | os.PathLike[str],
+                 contracts: Mapping[str, Contract] | None = None) -> None:
+        self.spec: VerifierSpec = spec if isinstance(spec, VerifierSpec) else load_spec(spec)
         self.contracts = contracts
 
     def new_state(self, ctx: EpisodeContext) -> _RunState:
-        return _RunState(GroundingLedger(self.spec))
+        spec = self.spec.for_run(ctx.episode.tools, ctx.task)
+        return _RunState(spec, GroundingLedger(spec, ctx.task))
 
     def _observe(self, state: _RunState, calls: list[Call]) -> list[Finding]:
-        spec = self.spec
+        spec = state.spec
         findings: list[Finding] = []
         for call in calls:
             if spec.runs("tool_contract"):
@@ -60,7 +65,7 @@ class VerifierLayer(Layer):
         state: _RunState = ctx.state(self)
         tool = action.tool or action.kind.value
         contract = (self.contracts or {}).get(tool)
-        classified = classify_result(self.spec, tool, result.output, is_error=result.is_error, contract=contract,
+        classified = classify_result(state.spec, tool, result.output, is_error=result.is_error, contract=contract,
                                      data=result.data)
         args = action.args if action.args else {"command": action.command or action.code}
         state.saw_results = True
@@ -70,11 +75,11 @@ class VerifierLayer(Layer):
         state: _RunState = ctx.state(self)
         findings: list[Finding] = []
         if step.tool_events and not state.saw_results:
-            findings.extend(self._observe(state, [call_from_event(self.spec, step.index, e, self.contracts)
+            findings.extend(self._observe(state, [call_from_event(state.spec, step.index, e, self.contracts)
                                                   for e in step.tool_events]))
         if step.kind is not StepKind.TOOL_CALL and step.text:
             state.checked_texts.add(step.index)
-            if self.spec.runs("grounding"):
+            if state.spec.runs("grounding"):
                 findings.extend(state.ledger.check_text(step.text, step=step.index))
         return findings
 
@@ -84,7 +89,7 @@ class VerifierLayer(Layer):
         last = episode.steps[-1] if episode.steps else None
         # The Guard appends the answer given to on_finish as a final step without an on_step call.
         if last is not None and last.index not in state.checked_texts and last.kind is not StepKind.TOOL_CALL \
-                and last.text and self.spec.runs("grounding"):
+                and last.text and state.spec.runs("grounding"):
             findings.extend(state.ledger.check_text(last.text, step=last.index))
-        findings.extend(end_of_run_findings(episode, self.spec, state.calls, last.index if last else None))
+        findings.extend(end_of_run_findings(episode, state.spec, state.calls, last.index if last else None))
         return findings

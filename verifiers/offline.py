@@ -15,7 +15,7 @@ from verifiers.observed import Call, call_from_event, finding
 from verifiers.spec import CHECKS, VerifierSpec
 from verifiers.total_consistency import check_total_consistency
 
-__all__ = ["EpisodeVerdict", "contract_findings", "verify_episode"]
+__all__ = ["EpisodeVerdict", "contract_findings", "episode_tools", "verify_episode"]
 
 
 @dataclass
@@ -53,11 +53,17 @@ def contract_findings(call: Call) -> list[Finding]:
                     hint=f"re-run {call.tool}; a result of the wrong shape cannot be used")]
 
 
+def episode_tools(episode: Episode) -> set[str]:
+    """The tools a run had: the roster it recorded and every tool it called."""
+    return set(episode.tools) | {event.name for step in episode.steps for event in step.tool_events}
+
+
 def verify_episode(episode: Episode, spec: VerifierSpec,
                    contracts: Mapping[str, Contract] | None = None) -> EpisodeVerdict:
-    """All of the spec's checks over one episode; per-step checks report at their step."""
+    """All of the spec's checks over one episode (its own variant of a fitted spec); per-step checks report at their step."""
+    spec = spec.for_run(episode_tools(episode), episode.task)
     verdict = EpisodeVerdict(episode.episode_id, episode.label, spec.name)
-    ledger = GroundingLedger(spec)
+    ledger = GroundingLedger(spec, episode.task)
     calls: list[Call] = []
     for step in episode.steps:
         step_calls = [call_from_event(spec, step.index, e, contracts) for e in step.tool_events]
@@ -79,9 +85,9 @@ def end_of_run_findings(episode: Episode, spec: VerifierSpec, calls: list[Call],
     """The checks that need the whole run: totals, coverage, completion."""
     findings: list[Finding] = []
     if spec.runs("total_consistency"):
-        findings.extend(check_total_consistency(spec, calls, episode.answer, step=end_step))
+        findings.extend(check_total_consistency(spec, calls, episode.answer, step=end_step, task=episode.task))
     if spec.runs("required_coverage"):
-        findings.extend(check_required_coverage(spec, calls, step=end_step))
+        findings.extend(check_required_coverage(spec, calls, step=end_step, task=episode.task))
     if spec.runs("completion"):
         findings.extend(check_completion(episode))
     return findings

@@ -81,8 +81,8 @@ def default_guard(
     """A Guard with every layer the arguments allow.
 
     ``workspace`` (the repository the agent works in) adds the pre-execution gate; ``model`` (a
-    fitted monitor or its model file) the step monitor; ``spec`` (a verifier spec or its name) the
-    end-of-run verifiers. Asking for a layer whose package cannot load raises `LayerUnavailable`
+    fitted monitor or its model file) the step monitor; ``spec`` (a verifier spec, a shipped spec's
+    name, or a spec file such as one ``guardrail fit-spec`` wrote) the verifiers. Asking for a layer whose package cannot load raises `LayerUnavailable`
     saying which; other keyword arguments go to `Guard` (``fail_closed``, ``capture_content``, ``tracer``).
     """
     make = cls or Guard

@@ -11,6 +11,7 @@ TABLE: dict[str, CommandSpec] = {
     "fit": CommandSpec("monitors.cli:FIT", "fit the step monitor on healthy episodes"),
     "score": CommandSpec("monitors.cli:SCORE", "score episodes with a fitted monitor"),
     "verify": CommandSpec("verifiers.cli:VERIFY", "run the deterministic verifiers over a corpus"),
+    "fit-spec": CommandSpec("verifiers.fit_cli:FIT_SPEC", "infer a verifier spec from a corpus's healthy episodes"),
     "report": CommandSpec("guardrail.app.report:REPORT", "HTML report with score plots, findings and a summary",
                           distribution="'guardrail[report]'"),
     "audit-traj": CommandSpec("guardrail.app.audit:AUDIT_TRAJ", "gate every action of a recorded SWE-agent .traj"),

@@ -6,12 +6,15 @@ the injected corpora from their manifests (``failure_class`` null is healthy). T
 figures come from ``results/verification_vs_monitor.csv``, ``verification_provoked.csv``,
 ``provoked_fabrication.csv`` and ``tool_contract_coverage.csv``. ``organic_demo7b_ext`` was held
 out while the checks and the booking spec were written (developed on ``_cold`` and ``_provoked``).
+The fitted-spec tables (`traces.bench.verify_fit`) set specs fitted on healthy training runs
+beside the hand-written ones; ``_ext`` was held out there too until the fitting method was frozen.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -22,13 +25,15 @@ from typing import Any
 from guardrail.core.cliutil import Command, emit_json, print_table
 from guardrail.core.corpus import read_corpus
 from guardrail.core.events import HEALTHY
+from traces.bench.verify_fit import TESTBED, fit_timing, fitted_rows, transfer_rows
 from verifiers.cli import corpus_spec
 from verifiers.offline import EpisodeVerdict, verify_episode
 from verifiers.spec import CHECKS
 
 __all__ = ["BENCH", "run_bench"]
 
-DEFAULT_SENTINEL = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "sentinel"
+DEFAULT_SENTINEL = Path(os.environ.get("GUARDRAIL_SENTINEL")
+                        or Path(__file__).resolve().parents[2] / "shared" / "corpora" / "sentinel")
 ORGANIC = {  # corpus -> the published label file
     "organic_demo7b_cold": "organic_hallucination_cold.csv",
     "organic_demo7b_ext": "organic_hallucination_ext.csv",
@@ -167,7 +172,7 @@ def _injected_rows(sentinel: Path, timings: list[float]) -> tuple[list[dict[str,
     return rows, dict(onset)
 
 
-def run_bench(sentinel: Path) -> dict[str, Any]:
+def run_bench(sentinel: Path, *, fit: bool = True, testbed: Path | None = TESTBED) -> dict[str, Any]:
     timings: list[float] = []
     organic, verdicts = _organic_rows(sentinel, timings)
     fabrication = _fabrication_rows(sentinel, verdicts.get("organic_demo7b_provoked", {}))
@@ -177,7 +182,12 @@ def run_bench(sentinel: Path) -> dict[str, Any]:
     total = sum(int(r["n"]) for r in healthy_contract) + sum(
         int(r["n"]) for r in organic if r["label"] == HEALTHY)
     flagged += sum(int(r["tool_contract"].split("/")[0]) for r in organic if r["label"] == HEALTHY)
+    fitted = fitted_rows(sentinel, testbed) if fit else {"rows": [], "summary": []}
     return {
+        "fitted": fitted["rows"],
+        "fitted_summary": fitted["summary"],
+        "fitted_transfer": transfer_rows(sentinel) if fit else [],
+        "fit_seconds": fit_timing(testbed) if fit else None,
         "organic": organic,
         "provoked_fabrication": fabrication,
         "injected": injected,
@@ -191,6 +201,10 @@ def run_bench(sentinel: Path) -> dict[str, Any]:
 def _add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentinel", type=Path, default=DEFAULT_SENTINEL,
                         help=f"the sentinel corpora and their results/ (default: {DEFAULT_SENTINEL})")
+    parser.add_argument("--testbed", type=Path, default=TESTBED,
+                        help=f"folder holding the testbed corpora testbed_* (default: {TESTBED})")
+    parser.add_argument("--no-testbed", action="store_true", help="leave the testbed corpora out of the fitted tables")
+    parser.add_argument("--no-fit", action="store_true", help="skip the fitted-spec tables")
     parser.add_argument("--json", action="store_true", help="one JSON object with every table")
 
 
@@ -199,10 +213,23 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"guardrail bench verify: no sentinel corpora with results/ at {args.sentinel}; "
                          "pass --sentinel DIR\n")
         return 2
-    report = run_bench(args.sentinel)
+    report = run_bench(args.sentinel, fit=not args.no_fit, testbed=None if args.no_testbed else args.testbed)
     if args.json:
         emit_json(report)
         return 0
+    if report["fitted"]:
+        print("Fitted (on 60% of each corpus's healthy runs) vs hand-written specs: the other 40% healthy and every "
+              "failure")
+        print_table(report["fitted"])
+        print_table(report["fitted_summary"])
+    if report["fitted_transfer"]:
+        print("\nFitted on every healthy organic_demo7b_cold run, verifying ext (held out) and provoked")
+        print_table(report["fitted_transfer"])
+    if report["fit_seconds"]:
+        timing = report["fit_seconds"]
+        print(f"\nfit_spec on {timing['episodes']} healthy testbed episodes: median {timing['fit_median_s']} s "
+              f"(runs {timing['fit_runs_s']}; reading the corpus {timing['read_corpus_s']} s; target "
+              f"{timing['target_s']} s)\n")
     print("Organic corpora: episodes caught per label (ours beside the published), false positives on healthy")
     print_table(report["organic"])
     print("\nProvoked hallucinations by kind: the grounding check alone (published) and any check")
