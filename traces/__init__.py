@@ -18,17 +18,41 @@ Beyond the agents: ``traces.injectors.make_injector(class, onset=, seed=)`` (too
 Committed corpora: ``traces/corpora/`` (see its README).
 """
 
-from traces.agents import (
-    arun_autogen_episode,
-    build_autogen_agent,
-    build_langgraph_agent,
-    run_autogen_episode,
-    run_langgraph_episode,
-)
-from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
-from traces.policy import Policy
-from traces.tasks import Task, make_task
-from traces.tools import BookingDB, ToolBox, booking_tools
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traces.agents import (
+        arun_autogen_episode,
+        build_autogen_agent,
+        build_langgraph_agent,
+        run_autogen_episode,
+        run_langgraph_episode,
+    )
+    from traces.models import ScriptedChatCompletionClient, ScriptedChatModel
+    from traces.policy import Policy
+    from traces.tasks import Task, make_task
+    from traces.tools import BookingDB, ToolBox, booking_tools
+
+# Loaded on first use: `guardrail --help` imports this package's command table, which must not pull in
+# LangChain and AutoGen (the agents' modules do).
+_WHERE = {
+    "arun_autogen_episode": "traces.agents",
+    "build_autogen_agent": "traces.agents",
+    "build_langgraph_agent": "traces.agents",
+    "run_autogen_episode": "traces.agents",
+    "run_langgraph_episode": "traces.agents",
+    "ScriptedChatCompletionClient": "traces.models",
+    "ScriptedChatModel": "traces.models",
+    "Policy": "traces.policy",
+    "Task": "traces.tasks",
+    "make_task": "traces.tasks",
+    "BookingDB": "traces.tools",
+    "ToolBox": "traces.tools",
+    "booking_tools": "traces.tools",
+}
 
 __all__ = [
     "BookingDB",
@@ -45,3 +69,10 @@ __all__ = [
     "run_autogen_episode",
     "run_langgraph_episode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traces' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
