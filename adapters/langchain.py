@@ -272,7 +272,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return ModelResponse(result=[AIMessage(content=f"Stopped by guardrail ({alarm.verdict.value}): "
                                                        f"{alarm.message()}", id=f"guardrail-{uuid.uuid4().hex}")])
 
-    def _after_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+    @staticmethod
+    def _stamp_model_output(response: Any, seconds: float) -> list[AIMessage]:
+        """Id and latency on what the model produced; the produced messages, when a text turn is ready to feed."""
         produced = [m for m in getattr(response, "result", None) or [] if isinstance(m, AIMessage)]
         for message in produced:
             message.id = message.id or f"guardrail-{uuid.uuid4().hex}"  # so the step is fed once
@@ -280,7 +282,19 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             message.response_metadata[LATENCY_KEY] = round(seconds, 6)
         if not any(not m.tool_calls for m in produced):
             return []  # a tool-calling turn is fed once its results are in
+        return produced
+
+    def _after_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+        produced = self._stamp_model_output(response, seconds)
+        if not produced:
+            return []
         return self._feed(episode_id, [*request.state.get("messages", []), *produced], final=False)
+
+    async def _aafter_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+        produced = self._stamp_model_output(response, seconds)
+        if not produced:
+            return []
+        return await self._afeed(episode_id, [*request.state.get("messages", []), *produced], final=False)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         episode_id, decisions = self._before_model_call(request)
@@ -300,7 +314,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             return stop
         started = time.perf_counter()
         response = await handler(request)
-        self._after_model_call(episode_id, request, response, time.perf_counter() - started)
+        await self._aafter_model_call(episode_id, request, response, time.perf_counter() - started)
         return response
 
     # ----------------------------------------------------------------- tool calls

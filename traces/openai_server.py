@@ -136,6 +136,7 @@ class QueueResponder:
 @dataclass
 class _Served:
     requests: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[ScriptedReply] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -173,6 +174,12 @@ class ScriptedLLMServer:
         with self._served.lock:
             return list(self._served.requests)
 
+    @property
+    def replies(self) -> list[ScriptedReply]:
+        """Every reply sent, in order (what the model said, logprobs included)."""
+        with self._served.lock:
+            return list(self._served.replies)
+
     def start(self) -> ScriptedLLMServer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-llm-server",
@@ -200,7 +207,10 @@ class ScriptedLLMServer:
         if self.latency_s > 0:
             time.sleep(self.latency_s)
         messages = body.get("messages")
-        return self.responder(list(messages) if isinstance(messages, list) else [])
+        reply = self.responder(list(messages) if isinstance(messages, list) else [])
+        with self._served.lock:
+            self._served.replies.append(reply)
+        return reply
 
 
 # ---------------------------------------------------------------------- the OpenAI wire format
