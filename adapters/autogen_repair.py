@@ -8,6 +8,7 @@ Restoring is the agent's own ``load_state``; the original run's saved states are
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -136,7 +137,8 @@ class AutoGenStepLog:
             is_answer = isinstance(last, TextMessage) and last.source == self.agent.name
             if is_answer and last is not None:
                 record.answer = last.content
-            if on_step is not None and on_step(record, record.steps()[-1]):
+            # on_step feeds the guard (sync layers): a worker thread keeps the event loop free.
+            if on_step is not None and await asyncio.to_thread(on_step, record, record.steps()[-1]):
                 record.stopped = record.stopped or "breaker"
                 return
             if is_answer:
