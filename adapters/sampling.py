@@ -140,7 +140,7 @@ class StepSampler:
     """The framework-free core every wrapper shares: dry-run N candidates, stage them, ask the Guard about each call."""
 
     def __init__(self, guard: Guard, layer: SelfConsistencyLayer, harness: DryRunHarness, *,
-                 episode: EpisodeSource, n: int = 5, strict: bool = False) -> None:
+                 episode: EpisodeSource | None = None, n: int = 5, strict: bool = False) -> None:
         if n < 2:
             raise ValueError(f"sampling needs n >= 2 candidates per step, got {n}")
         if layer not in guard.layers:
@@ -154,6 +154,8 @@ class StepSampler:
         self.steps: list[GatedStep] = []
 
     def context(self) -> EpisodeContext:
+        if self.episode is None:
+            raise ValueError("this StepSampler has no episode: give episode= or pass ctx= to gate_step")
         return self.episode if isinstance(self.episode, EpisodeContext) else self.episode()
 
     def modal_candidate(self, candidates: Sequence[Candidate]) -> int:
@@ -215,7 +217,7 @@ class StepSampler:
                     raise HallucinationGateError(gating[0].message, call.verdict)
         return step
 
-    def gate_step(self, candidates: Sequence[Candidate]) -> GatedStep:
+    def gate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None) -> GatedStep:
         """Dry-run every call of the candidates, gate each call of the modal candidate, and say which to use.
 
         When the modal candidate calls no tool (most candidates answered in text) there is nothing to gate.
@@ -223,7 +225,7 @@ class StepSampler:
         chosen, batches = self._plan(candidates)
         if not batches:
             return self._finish(chosen, [])
-        ctx = self.context()
+        ctx = ctx or self.context()
         calls = []
         for position, batch in enumerate(batches):
             samples = self.harness.run(batch)
@@ -232,12 +234,12 @@ class StepSampler:
             calls.append(self._gated_call(ctx, position, call_id, decision, before, samples))
         return self._finish(chosen, calls)
 
-    async def agate_step(self, candidates: Sequence[Candidate]) -> GatedStep:
+    async def agate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None) -> GatedStep:
         """As `gate_step`; the dry runs of all calls go concurrently, the Guard runs off the event loop."""
         chosen, batches = self._plan(candidates)
         if not batches:
             return self._finish(chosen, [])
-        ctx = self.context()
+        ctx = ctx or self.context()
         all_samples = await asyncio.gather(*(self.harness.arun(batch) for batch in batches))
         calls = []
         for position, (batch, samples) in enumerate(zip(batches, all_samples, strict=True)):
@@ -318,14 +320,16 @@ def _langchain_outcome(response: Any, step: GatedStep) -> Any:
 class SelfConsistencyMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
     """LangChain v1 agent middleware: each model call becomes N calls, every tool call gated before any runs.
 
-        sampler = SelfConsistencyMiddleware(guard, layer, harness, episode=ctx, n=5)
-        agent = create_agent(model, tools, middleware=[sampler])
+        sampler = SelfConsistencyMiddleware(guard, layer, harness, n=5)
+        agent = create_agent(model, tools, middleware=[GuardMiddleware(guard), sampler])
 
-    In async code (``ainvoke``) the N candidates are drawn concurrently.
+    Without ``episode=`` the samples are judged in the run's own guard episode (the one
+    `GuardMiddleware` keeps for the thread, started here when it runs alone). In async code
+    (``ainvoke``) the N candidates are drawn concurrently.
     """
 
     def __init__(self, guard: Guard, layer: SelfConsistencyLayer, harness: DryRunHarness, *,
-                 episode: EpisodeSource, n: int = 5, strict: bool = False) -> None:
+                 episode: EpisodeSource | None = None, n: int = 5, strict: bool = False) -> None:
         super().__init__()
         self.sampler = StepSampler(guard, layer, harness, episode=episode, n=n, strict=strict)
 
@@ -333,14 +337,34 @@ class SelfConsistencyMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-typ
     def name(self) -> str:  # the AgentMiddleware registry keys middleware by name
         return "guardrail_self_consistency"
 
+    def _context(self, request: Any) -> EpisodeContext:
+        """The episode this model call belongs to: the given one, else the run's (a repair fork's, the state's, the thread's)."""
+        if self.sampler.episode is not None:
+            return self.sampler.context()
+        from langgraph.config import get_config
+
+        guard = self.sampler.guard
+        try:
+            configurable = get_config().get("configurable") or {}
+        except RuntimeError:
+            configurable = {}
+        state = getattr(request, "state", None) or {}
+        episode_id = (configurable.get("guardrail_fork") or state.get("guardrail_episode")
+                      or configurable.get("thread_id"))
+        if episode_id is not None and str(episode_id) in guard.running_episodes:
+            return guard.context(str(episode_id))
+        return guard.start_episode(None if episode_id is None else str(episode_id), framework="langgraph")
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         responses = [handler(request) for _ in range(self.sampler.n)]
-        step = self.sampler.gate_step([_langchain_calls(response) for response in responses])
+        step = self.sampler.gate_step([_langchain_calls(response) for response in responses],
+                                      ctx=self._context(request))
         return _langchain_outcome(responses[step.chosen], step)
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         responses = await asyncio.gather(*(handler(request) for _ in range(self.sampler.n)))
-        step = await self.sampler.agate_step([_langchain_calls(response) for response in responses])
+        step = await self.sampler.agate_step([_langchain_calls(response) for response in responses],
+                                             ctx=self._context(request))
         return _langchain_outcome(responses[step.chosen], step)
 
 
