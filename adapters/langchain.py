@@ -273,7 +273,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     def after_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
         if self._fork_episode() is not None:
-            return self._close_fork(self._fork_episode())
+            self._close_fork(self._fork_episode())
+            return None
         episode_id = self._episode(state)
         messages = state.get("messages", [])
         self._feed(episode_id, messages, final=True)
@@ -288,7 +289,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     async def aafter_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
         if self._fork_episode() is not None:
-            return self._close_fork(self._fork_episode())
+            self._close_fork(self._fork_episode())
+            return None
         episode_id = self._episode(state)
         messages = state.get("messages", [])
         await self._afeed(episode_id, messages, final=True)
@@ -316,7 +318,6 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             safe_decision("on_finish", lambda: self.guard.on_finish(fork_episode))
         if fork_episode is not None:
             self._forget(fork_episode)
-        return None
 
     def _repair_plan(self, decision: Decision, state: Any, episode_id: str) -> dict[str, Any]:
         """What a fork needs: the thread, the flags, the task, the fork runs' config; or an error record."""

@@ -110,10 +110,11 @@ def _make_model(args: argparse.Namespace, policy: Any) -> Any:
     if args.endpoint:
         try:
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+            from pydantic import SecretStr
         except ModuleNotFoundError as exc:
             raise SystemExit("--endpoint needs langchain-openai: pip install langchain-openai") from exc
         return ChatOpenAI(base_url=args.endpoint, model=args.model, temperature=args.temperature,
-                          api_key=os.environ.get("OPENAI_API_KEY", "not-needed"))
+                          api_key=SecretStr(os.environ.get("OPENAI_API_KEY", "not-needed")))
     from traces.models import ScriptedChatModel
 
     return ScriptedChatModel(policy=policy)
