@@ -223,3 +223,17 @@ def test_chat_ollama_logprobs_reach_the_step_path(monitor):
     assert [step.token_logprobs for step in recorder.steps] == sent and len(sent) >= 3
     assert len(watched.u_scores) == len(sent)
     assert recorder.steps[-1].kind.value == "final"
+
+
+def test_bench_clients_reports_one_row_per_client(capsys):
+    from guardrail.core.cli import main
+
+    assert main(["bench", "clients", "--json", "--episodes", "1", "--clients", "chat_openai", "autogen_openai"]) == 0
+    import json
+
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert [row["client"] for row in rows] == ["chat_openai", "autogen_openai"]
+    for row in rows:
+        assert row["steps"] >= 3 and row["logprobs_steps"] == row["steps"]  # every step carried its logprobs
+        assert row["gated_calls"] >= 3 and row["parallel_calls_gated"] == row["parallel_calls"] == 3
+        assert row["median_added_ms_per_step"] is not None
