@@ -14,7 +14,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,12 +306,14 @@ class AutoGenTeamStepLog:
 
 
 async def arun_autogen_team(repairer: Repairer, team: Any, task: str, *, tools: Collection[str] = (),
-                            max_steps: int = 30) -> RepairOutcome:
+                            max_steps: int = 30,
+                            on_original: Callable[[AutoGenTeamRun], None] | None = None) -> RepairOutcome:
     """Run an AgentChat team turn by turn under the Guard (team state saved per turn), repairing on a flag.
 
     A flagged run is rolled back with the team's ``load_state`` to the state before its last
     fact-gathering step and re-run with the hint, under the rung ladder and circuit breaker;
-    ``outcome.delivered`` is the delivered `AutoGenTeamRun` (the repaired one when a fork passed).
+    ``outcome.delivered`` is the delivered `AutoGenTeamRun` (the repaired one when a fork passed);
+    `on_original` sees the original run as soon as it ends, before any fork.
     """
     log = AutoGenTeamStepLog(team, max_steps=max_steps)
     episode_id = f"{log.name}:{uuid.uuid4().hex[:8]}"
@@ -319,6 +321,8 @@ async def arun_autogen_team(repairer: Repairer, team: Any, task: str, *, tools: 
     ctx = repairer.new_context(episode_id, task, "autogen_team", tools)
     watch = repairer.watch(ctx, breaker_run)
     run = await log.run(task, on_step=lambda record, step: watch.feed(record.steps()))
+    if on_original is not None:
+        on_original(run)
     steps = run.steps()
     answer = None if watch.trip else run.answer
     flags = await asyncio.to_thread(watch.finish, answer)

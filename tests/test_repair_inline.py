@@ -160,3 +160,16 @@ def test_a_clean_run_is_not_repaired_and_an_unbound_middleware_says_what_to_do(t
     state = unbound.graph.invoke(unbound.inputs, unbound.config)
     assert state["guardrail_repair"]["outcome"] == "error" and "bind" in state["guardrail_repair"]["error"]
     assert not unbound.right(state["messages"][-1].content)  # the run is returned as it was
+
+
+def test_bench_repair_inline_reports_one_row_per_configuration():
+    from traces.bench.repair_inline import run_inline
+
+    rows = run_inline(episodes=4, seed=0, configurations=(("langgraph", "memory"), ("autogen_team", "team_state")))
+
+    assert [(r["framework"], r["checkpointer"]) for r in rows] == [("langgraph", "memory"),
+                                                                   ("autogen_team", "team_state")]
+    for row in rows:
+        assert {"n", "recovered", "broken", "original_intact", "extra_model_calls"} <= set(row)
+        assert row["n"] >= 1 and row["original_intact"] == row["n"]  # every flagged original kept
+        assert row["recovered"] >= 1 and row["extra_model_calls"] > 0
