@@ -157,8 +157,11 @@ def _saver(kind: str, workdir: Path, dsn: str | None) -> Iterator[Any]:
 
 
 @contextmanager
-def _postgres() -> Iterator[str | None]:
+def _postgres(wanted: bool = True) -> Iterator[str | None]:
     """A DSN: GUARDRAIL_POSTGRES_DSN, else a throwaway server from scripts/postgres.sh; None when neither works."""
+    if not wanted:
+        yield None
+        return
     given = os.environ.get("GUARDRAIL_POSTGRES_DSN")
     if given:
         yield given
@@ -258,7 +261,8 @@ def run_inline(*, episodes: int = 12, seed: int = 0, slip_rate: float = 0.6,
                configurations: tuple[tuple[str, str], ...] = CONFIGURATIONS) -> list[dict[str, Any]]:
     """One row per (framework, checkpointer); a Postgres row only when a server could be had."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="guardrail-repair-inline-") as root, _postgres() as dsn:
+    wants_postgres = ("langgraph", "postgres") in configurations
+    with tempfile.TemporaryDirectory(prefix="guardrail-repair-inline-") as root, _postgres(wants_postgres) as dsn:
         for framework, checkpointer in configurations:
             if framework == "autogen_team":
                 rows.append(asyncio.run(_autogen_row(episodes, seed, slip_rate)))
