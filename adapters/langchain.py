@@ -564,9 +564,17 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 HEAD_WAIT_S = 10.0
 
 
-def _is_head(snapshot: Any, messages: Sequence[Any]) -> bool:
-    saved = snapshot.values.get("messages", []) if isinstance(getattr(snapshot, "values", None), dict) else []
-    return [m.id for m in saved] == [m.id for m in messages]
+def _is_head(saved: Any, messages: Sequence[Any]) -> bool:
+    """True when a saved checkpoint (a CheckpointTuple) holds exactly `messages`, by message id.
+
+    Read from the saver itself, not `get_state`: a snapshot shows the pending writes of its next
+    step, so the checkpoint before the last model call would pass for the head.
+    """
+    if saved is None:
+        return False
+    values = (getattr(saved, "checkpoint", None) or {}).get("channel_values") or {}
+    stored = values.get("messages", []) if isinstance(values, dict) else []
+    return [getattr(m, "id", None) for m in stored] == [m.id for m in messages]
 
 
 def _head_error(thread: dict[str, Any]) -> CheckpointError:
@@ -578,9 +586,9 @@ def _saved_head(graph: Any, thread: dict[str, Any], messages: Sequence[Any]) -> 
     """The config of the saved checkpoint holding exactly the live state's messages: the original run's head."""
     deadline = time.monotonic() + HEAD_WAIT_S
     while True:
-        snapshot = graph.get_state(thread)
-        if _is_head(snapshot, messages):
-            return dict(snapshot.config)
+        saved = graph.checkpointer.get_tuple(thread)
+        if _is_head(saved, messages):
+            return dict(saved.config)
         if time.monotonic() > deadline:
             raise _head_error(thread)
         time.sleep(0.005)
@@ -589,9 +597,9 @@ def _saved_head(graph: Any, thread: dict[str, Any], messages: Sequence[Any]) -> 
 async def _asaved_head(graph: Any, thread: dict[str, Any], messages: Sequence[Any]) -> dict[str, Any]:
     deadline = time.monotonic() + HEAD_WAIT_S
     while True:
-        snapshot = await graph.aget_state(thread)
-        if _is_head(snapshot, messages):
-            return dict(snapshot.config)
+        saved = await graph.checkpointer.aget_tuple(thread)
+        if _is_head(saved, messages):
+            return dict(saved.config)
         if time.monotonic() > deadline:
             raise _head_error(thread)
         await asyncio.sleep(0.005)

@@ -75,7 +75,8 @@ def _episode(index: int, seed: int, slip_rate: float) -> tuple[Any, Any]:
 
     episode_seed = seed * 100_003 + index
     slip = SLIPS[index % 4] if index % 4 < 3 else None  # three of four episodes may slip, one is left alone
-    policy = Policy(seed=episode_seed, **({slip: slip_rate} if slip else {}))
+    rates: dict[str, Any] = {slip: slip_rate} if slip else {}
+    policy = Policy(seed=episode_seed, **rates)
     return make_task(episode_seed, db=BookingDB()), policy
 
 
