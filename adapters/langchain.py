@@ -496,7 +496,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             raise
         _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
-        if result is None:
+        if result is None or self._fork_episode(self._config_of(request)) is not None:
+            # In a repair fork the Repairer checks results itself: the tool's own output stays unannotated.
             return reply
         after = self._notify(safe_decision("after_result", lambda: self.guard.after_result(episode_id, action, result)))
         if after.blocked:
@@ -523,7 +524,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             raise
         _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
-        if result is None:
+        if result is None or self._fork_episode(self._config_of(request)) is not None:
+            # In a repair fork the Repairer checks results itself: the tool's own output stays unannotated.
             return reply
         after = self._notify(
             await asafe_decision("after_result", lambda: self.guard.aafter_result(episode_id, action, result)))
