@@ -90,8 +90,14 @@ class AutoGenGuard:
     def workbench(self, tools: Sequence[BaseTool[Any, Any]], **kwargs: Any) -> GuardedWorkbench:
         return GuardedWorkbench(list(tools), self, **kwargs)
 
-    def model_client(self, client: ChatCompletionClient, *, agent: str | None = None) -> GuardedChatCompletionClient:
-        return GuardedChatCompletionClient(client, self, agent=agent)
+    def model_client(self, client: ChatCompletionClient, *, agent: str | None = None,
+                     logprobs: bool = False) -> GuardedChatCompletionClient:
+        """`client` wrapped so its outputs reach the guard; ``logprobs=True`` asks every call for token logprobs.
+
+        AssistantAgent passes no per-call arguments, so an OpenAI-compatible client only returns the
+        logprobs the monitor's uncertainty channel reads when the wrapper asks for them.
+        """
+        return GuardedChatCompletionClient(client, self, agent=agent, logprobs=logprobs)
 
     def termination(self) -> GuardAlarmTermination:
         return GuardAlarmTermination(self)
@@ -233,12 +239,24 @@ class GuardedWorkbench(StaticWorkbench):
 
 
 class ObservedChatCompletionClient(ChatCompletionClient):
-    """Wraps a model client and hands every output and its seconds to `on_output`; delegates everything else."""
+    """Wraps a model client and hands every output and its seconds to `on_output`; delegates everything else.
+
+    ``logprobs=True`` asks every call for token logprobs (an OpenAI-compatible client returns them only
+    when asked, and AssistantAgent passes no per-call arguments).
+    """
 
     def __init__(self, inner: ChatCompletionClient,
-                 on_output: Callable[[CreateResult, float | None], Awaitable[None]]) -> None:
+                 on_output: Callable[[CreateResult, float | None], Awaitable[None]], *, logprobs: bool = False) -> None:
         self.inner = inner
         self.on_output = on_output
+        self.logprobs = logprobs
+
+    def _kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if not self.logprobs:
+            return kwargs
+        extra = dict(kwargs.get("extra_create_args") or {})
+        extra.setdefault("logprobs", True)
+        return {**kwargs, "extra_create_args": extra}
 
     async def _observe(self, created: CreateResult, latency_s: float | None) -> None:
         try:
@@ -248,7 +266,7 @@ class ObservedChatCompletionClient(ChatCompletionClient):
 
     async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
         started = time.perf_counter()
-        created = await self.inner.create(messages, **kwargs)
+        created = await self.inner.create(messages, **self._kwargs(kwargs))
         await self._observe(created, round(time.perf_counter() - started, 6))
         return created
 
@@ -256,7 +274,7 @@ class ObservedChatCompletionClient(ChatCompletionClient):
         self, messages: Sequence[LLMMessage], **kwargs: Any
     ) -> AsyncGenerator[str | CreateResult, None]:
         started = time.perf_counter()
-        async for chunk in self.inner.create_stream(messages, **kwargs):
+        async for chunk in self.inner.create_stream(messages, **self._kwargs(kwargs)):
             if isinstance(chunk, CreateResult):
                 await self._observe(chunk, round(time.perf_counter() - started, 6))
             yield chunk
@@ -288,8 +306,9 @@ class ObservedChatCompletionClient(ChatCompletionClient):
 class GuardedChatCompletionClient(ObservedChatCompletionClient):
     """Wraps an agent's model client so every model output reaches the step monitor; delegates everything else."""
 
-    def __init__(self, inner: ChatCompletionClient, guarded: AutoGenGuard, *, agent: str | None = None) -> None:
-        super().__init__(inner, self._to_guard)
+    def __init__(self, inner: ChatCompletionClient, guarded: AutoGenGuard, *, agent: str | None = None,
+                 logprobs: bool = False) -> None:
+        super().__init__(inner, self._to_guard, logprobs=logprobs)
         self.guarded = guarded
         self.agent = agent
 

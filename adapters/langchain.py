@@ -9,7 +9,12 @@
   step with tool calls is fed once its tool results are in (at the next model call or the end of
   the run), so the monitor sees the same shape of step it was fitted on (the call and what came
   back). With ``stop_on_alarm=True`` an alarm answers the next model call with a final message.
-- ``after_agent`` runs ``guard.on_finish`` and hands a repair verdict to ``on_repair``.
+- ``after_agent`` runs ``guard.on_finish``. A repair verdict goes to ``on_repair``, or, with
+  ``repair=True`` (or a `repair.Repairer`), is repaired inside the same ``invoke``/``ainvoke``: the
+  thread is forked at the rollback checkpoint through the graph's own checkpointer, re-run live
+  under the rung ladder and circuit breaker, and the run returns the repaired messages with the
+  record in ``state["guardrail_repair"]``. The original branch's checkpoints stay as they were.
+  The middleware must know its graph: ``agent = middleware.bind(create_agent(..., middleware=[middleware]))``.
 
 For a hand-built ``StateGraph``: ``middleware.tool_node(tools)`` is a ``ToolNode`` with the same
 gate, ``middleware.observe_node`` feeds the steps and ``middleware.finish_node`` closes the episode.
@@ -21,6 +26,9 @@ from adapters.extras import require
 
 require("langgraph", __name__)
 
+import asyncio
+import contextvars
+import logging
 import threading
 import time
 import uuid
@@ -31,19 +39,30 @@ from typing import Annotated, Any, NotRequired, Optional
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import ModelResponse, OmitFromInput
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from opentelemetry import context as otel_context
 
 from adapters.common import action_from_call, asafe_decision, safe_decision
+from adapters.langgraph_repair import AsyncLangGraphFork, LangGraphFork
 from adapters.steps import LATENCY_KEY, content_text, step_from_langchain
 from guardrail.core.events import Action, Decision, Result, Step, Verdict
 from guardrail.core.guard import Guard, GuardError
 from guardrail.core.layer import EpisodeContext
+from repair.driver import CheckpointError
+from repair.repairer import Repairer, RepairOutcome, is_flag
 
-__all__ = ["GuardMiddleware", "GuardedAgentState", "RepairCallback"]
+__all__ = ["FORK_KEY", "GuardMiddleware", "GuardedAgentState", "RepairCallback"]
+
+_log = logging.getLogger("guardrail.adapters")
+
+# The configurable key marking a repair fork's run (its value names the fork's gate episode): the
+# middleware gates the fork's tool calls but neither feeds its steps nor repairs it (the Repairer judges it).
+FORK_KEY = "guardrail_fork"
 
 RepairCallback = Callable[[Decision, Any, Any], "dict[str, Any] | None"]
 DecisionCallback = Callable[[Decision], None]
@@ -55,6 +74,7 @@ class GuardedAgentState(AgentState[Any]):
     guardrail_episode: NotRequired[Annotated[str | None, OmitFromInput]]
     guardrail_findings: NotRequired[Annotated[list[dict[str, Any]], OmitFromInput]]
     guardrail_verdict: NotRequired[Annotated[str | None, OmitFromInput]]
+    guardrail_repair: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput]]
 
 
 @dataclass
@@ -105,6 +125,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     ``on_decision(decision)`` sees every non-allow decision (for logging or a UI).
     ``stop_on_alarm=True`` ends the run when the step monitor raises an alarm: the next model call is
     answered with a final "Stopped by guardrail" message instead of reaching the model.
+    ``repair=True`` (a default `Repairer` over this guard) or ``repair=Repairer(...)`` repairs a
+    ``repair`` verdict inside the run (see the module docstring); the guard must be in intervene
+    mode for that verdict to exist, and the graph compiled with a checkpointer and bound with `bind`.
     """
 
     state_schema = GuardedAgentState
@@ -118,9 +141,13 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         stop_on_alarm: bool = False,
         cwd: str | None = None,
         framework: str = "langgraph",
+        repair: bool | Repairer = False,
     ) -> None:
         super().__init__()
         self.guard = guard
+        self.repairer: Repairer | None = (repair if isinstance(repair, Repairer)
+                                          else Repairer(guard) if repair else None)
+        self.graph: Any = None
         self.on_repair = on_repair
         self.on_decision = on_decision
         self.stop_on_alarm = stop_on_alarm
@@ -129,7 +156,27 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
 
+    def bind(self, graph: Any) -> Any:
+        """Tell the middleware which compiled graph it runs in (inline repair re-runs forks of it); returns `graph`."""
+        self.graph = graph
+        return graph
+
     # ----------------------------------------------------------------- episodes
+    @staticmethod
+    def _config(config: Any = None) -> dict[str, Any]:
+        if config is None:
+            try:
+                config = get_config()
+            except RuntimeError:
+                config = {}
+        return config or {}
+
+    def _fork_episode(self, config: Any = None) -> str | None:
+        """The gate episode of the repair fork this call runs in, or None outside a fork."""
+        configurable = self._config(config).get("configurable") or {}
+        marker = configurable.get(FORK_KEY)
+        return str(marker) if marker else None
+
     def _start(self, messages: Sequence[AnyMessage], episode_id: str | None = None) -> str:
         episode_id = episode_id or uuid.uuid4().hex
         try:
@@ -141,15 +188,12 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return episode_id
 
     def _episode(self, state: Any, config: Any = None) -> str:
-        """This run's episode id: from the agent state, else the thread id; started lazily when unknown."""
-        episode_id = state.get("guardrail_episode") if isinstance(state, dict) else None
+        """This run's episode id: a fork's gate episode, the agent state's, else the thread id; started lazily."""
+        episode_id = self._fork_episode(config)
         if not episode_id:
-            if config is None:
-                try:
-                    config = get_config()
-                except RuntimeError:
-                    config = {}
-            configurable = (config or {}).get("configurable") or {}
+            episode_id = state.get("guardrail_episode") if isinstance(state, dict) else None
+        if not episode_id:
+            configurable = self._config(config).get("configurable") or {}
             episode_id = configurable.get("guardrail_episode") or configurable.get("thread_id")
         if episode_id and episode_id in self._runs:  # the hot path: a run this adapter started (dict read)
             return str(episode_id)
@@ -232,6 +276,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        if self._fork_episode() is not None:
+            self._close_fork(self._fork_episode())
+            return None
         episode_id = self._episode(state)
         messages = state.get("messages", [])
         self._feed(episode_id, messages, final=True)
@@ -240,9 +287,14 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         self._forget(episode_id)
         findings = findings_before + [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
         update = self._finish_update(decision, episode_id, findings)
+        if self.repairer is not None and decision.verdict is Verdict.REPAIR:
+            return {**update, **self._repair_inline(decision, state, episode_id)}
         return {**update, **(self._repair(decision, state, runtime) or {})}
 
     async def aafter_agent(self, state: GuardedAgentState, runtime: Any) -> dict[str, Any] | None:
+        if self._fork_episode() is not None:
+            self._close_fork(self._fork_episode())
+            return None
         episode_id = self._episode(state)
         messages = state.get("messages", [])
         await self._afeed(episode_id, messages, final=True)
@@ -251,6 +303,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         self._forget(episode_id)
         findings = findings_before + [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
         update = self._finish_update(decision, episode_id, findings)
+        if self.repairer is not None and decision.verdict is Verdict.REPAIR:
+            return {**update, **(await self._arepair_inline(decision, state, episode_id))}
         return {**update, **(self._repair(decision, state, runtime) or {})}
 
     def _repair(self, decision: Decision, state: Any, runtime: Any) -> dict[str, Any] | None:
@@ -260,6 +314,87 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             return self.on_repair(decision, state, runtime)
         except Exception:  # noqa: BLE001 - a failed repair leaves the run as it was
             return None
+
+    # ----------------------------------------------------------------- inline repair
+    def _close_fork(self, fork_episode: str | None) -> None:
+        """The end of a repair fork's run: close its gate episode; the Repairer judges the fork itself."""
+        if fork_episode is not None and fork_episode in self.guard.running_episodes:
+            safe_decision("on_finish", lambda: self.guard.on_finish(fork_episode))
+        if fork_episode is not None:
+            self._forget(fork_episode)
+
+    def _repair_plan(self, decision: Decision, state: Any, episode_id: str) -> dict[str, Any]:
+        """What a fork needs: the thread, the flags, the task, the fork runs' config; or an error record."""
+        config = self._config()
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        if self.graph is None:
+            return {"error": "inline repair needs the graph: agent = middleware.bind(create_agent(...))"}
+        if thread_id is None or getattr(self.graph, "checkpointer", None) in (None, False):
+            return {"error": "inline repair needs a checkpointer and a thread_id (configurable.thread_id)"}
+        fork_episode = f"{episode_id}:fork:{uuid.uuid4().hex[:8]}"
+        run_config = {"configurable": {FORK_KEY: fork_episode}, "recursion_limit": config.get("recursion_limit", 25)}
+        flags = [f for f in decision.findings if is_flag(f)] or list(decision.findings)
+        return {"thread": {"configurable": {"thread_id": thread_id}}, "flags": flags, "run_config": run_config,
+                "task": _last_human_text(state.get("messages", [])), "messages": list(state.get("messages", [])),
+                "tools": _tool_names(self.graph), "fork_episode": fork_episode}
+
+    def _repair_inline(self, decision: Decision, state: Any, episode_id: str) -> dict[str, Any]:
+        plan = self._repair_plan(decision, state, episode_id)
+        if "error" in plan:
+            _log.warning("guardrail: %s", plan["error"])
+            return {"guardrail_repair": {"outcome": "error", "error": plan["error"]}}
+        assert self.repairer is not None
+        repairer = self.repairer
+        parent = otel_context.get_current()
+
+        def work() -> tuple[RepairOutcome, LangGraphFork]:
+            token = otel_context.attach(parent)  # the repair spans stay in the agent's trace
+            try:
+                head = _saved_head(self.graph, plan["thread"], plan["messages"])
+                driver = LangGraphFork(self.graph, head, task=plan["task"],
+                                       original_messages=plan["messages"], run_config=plan["run_config"])
+                return repairer.repair(driver, plan["flags"], tools=plan["tools"], task=plan["task"]), driver
+            finally:
+                otel_context.detach(token)
+
+        try:
+            # A fresh context: the fork is a run of its own, not a subgraph call of the node running here.
+            outcome, driver = contextvars.Context().run(work)
+        except Exception as exc:  # noqa: BLE001 - a repair that cannot start leaves the run as it was
+            _log.warning("guardrail: inline repair failed: %s: %s", type(exc).__name__, exc)
+            return {"guardrail_repair": {"outcome": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}}
+        finally:
+            self._close_fork(plan["fork_episode"])
+        messages = driver.checkpoints.messages(outcome.config) if outcome.outcome == "repaired" else None
+        return _repair_update(outcome, driver.checkpoints.head_config, messages)
+
+    async def _arepair_inline(self, decision: Decision, state: Any, episode_id: str) -> dict[str, Any]:
+        plan = self._repair_plan(decision, state, episode_id)
+        if "error" in plan:
+            _log.warning("guardrail: %s", plan["error"])
+            return {"guardrail_repair": {"outcome": "error", "error": plan["error"]}}
+        assert self.repairer is not None
+        repairer = self.repairer
+        parent = otel_context.get_current()
+
+        async def work() -> tuple[RepairOutcome, AsyncLangGraphFork]:
+            otel_context.attach(parent)  # this task's own context: nothing to detach afterwards
+            head = await _asaved_head(self.graph, plan["thread"], plan["messages"])
+            driver = await AsyncLangGraphFork.open(self.graph, head, task=plan["task"],
+                                                   original_messages=plan["messages"], run_config=plan["run_config"])
+            return await repairer.arepair(driver, plan["flags"], tools=plan["tools"], task=plan["task"]), driver
+
+        try:
+            task = asyncio.get_running_loop().create_task(work(), context=contextvars.Context())
+            outcome, driver = await task
+        except Exception as exc:  # noqa: BLE001
+            _log.warning("guardrail: inline repair failed: %s: %s", type(exc).__name__, exc)
+            return {"guardrail_repair": {"outcome": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}}
+        finally:
+            self._close_fork(plan["fork_episode"])
+        messages = await driver.checkpoints.amessages(outcome.config) if outcome.outcome == "repaired" else None
+        return _repair_update(outcome, driver.checkpoints.head_config, messages)
 
     # ----------------------------------------------------------------- model calls
     # Steps are fed around the model call, not from before_model/after_model hooks: each of those is a
@@ -276,7 +411,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return ModelResponse(result=[AIMessage(content=f"Stopped by guardrail ({alarm.verdict.value}): "
                                                        f"{alarm.message()}", id=f"guardrail-{uuid.uuid4().hex}")])
 
-    def _after_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+    @staticmethod
+    def _stamp_model_output(response: Any, seconds: float) -> list[AIMessage]:
+        """Id and latency on what the model produced; the produced messages, when a text turn is ready to feed."""
         produced = [m for m in getattr(response, "result", None) or [] if isinstance(m, AIMessage)]
         for message in produced:
             message.id = message.id or f"guardrail-{uuid.uuid4().hex}"  # so the step is fed once
@@ -284,9 +421,23 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             message.response_metadata[LATENCY_KEY] = round(seconds, 6)
         if not any(not m.tool_calls for m in produced):
             return []  # a tool-calling turn is fed once its results are in
+        return produced
+
+    def _after_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+        produced = self._stamp_model_output(response, seconds)
+        if not produced:
+            return []
         return self._feed(episode_id, [*request.state.get("messages", []), *produced], final=False)
 
+    async def _aafter_model_call(self, episode_id: str, request: Any, response: Any, seconds: float) -> list[Decision]:
+        produced = self._stamp_model_output(response, seconds)
+        if not produced:
+            return []
+        return await self._afeed(episode_id, [*request.state.get("messages", []), *produced], final=False)
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        if self._fork_episode() is not None:
+            return handler(request)  # a repair fork: the Repairer watches its steps
         episode_id, decisions = self._before_model_call(request)
         stop = self._stop_response(decisions)
         if stop is not None:
@@ -297,6 +448,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        if self._fork_episode() is not None:
+            return await handler(request)
         episode_id = self._episode(request.state)
         decisions = await self._afeed(episode_id, request.state.get("messages", []), final=False)
         stop = self._stop_response(decisions)
@@ -304,7 +457,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             return stop
         started = time.perf_counter()
         response = await handler(request)
-        self._after_model_call(episode_id, request, response, time.perf_counter() - started)
+        await self._aafter_model_call(episode_id, request, response, time.perf_counter() - started)
         return response
 
     # ----------------------------------------------------------------- tool calls
@@ -347,7 +500,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             raise
         _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
-        if result is None:
+        if result is None or self._fork_episode(self._config_of(request)) is not None:
+            # In a repair fork the Repairer checks results itself: the tool's own output stays unannotated.
             return reply
         after = self._notify(safe_decision("after_result", lambda: self.guard.after_result(episode_id, action, result)))
         if after.blocked:
@@ -374,7 +528,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             raise
         _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
-        if result is None:
+        if result is None or self._fork_episode(self._config_of(request)) is not None:
+            # In a repair fork the Repairer checks results itself: the tool's own output stays unannotated.
             return reply
         after = self._notify(
             await asafe_decision("after_result", lambda: self.guard.aafter_result(episode_id, action, result)))
@@ -408,3 +563,81 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     def context(self, episode_id: str) -> EpisodeContext:
         """The guard's context of a running episode (for tests and callbacks)."""
         return self.guard.context(episode_id)
+
+
+# How long inline repair waits for the run's last checkpoint to reach the saver (LangGraph writes checkpoints
+# in the background by default, so the node running after_agent can be ahead of the saver).
+HEAD_WAIT_S = 10.0
+
+
+def _is_head(saved: Any, messages: Sequence[Any]) -> bool:
+    """True when a saved checkpoint (a CheckpointTuple) holds exactly `messages`, by message id.
+
+    Read from the saver itself, not `get_state`: a snapshot shows the pending writes of its next
+    step, so the checkpoint before the last model call would pass for the head.
+    """
+    if saved is None:
+        return False
+    values = (getattr(saved, "checkpoint", None) or {}).get("channel_values") or {}
+    stored = values.get("messages", []) if isinstance(values, dict) else []
+    return [getattr(m, "id", None) for m in stored] == [m.id for m in messages]
+
+
+def _head_error(thread: dict[str, Any]) -> CheckpointError:
+    return CheckpointError(f"the run's last checkpoint did not reach the saver within {HEAD_WAIT_S:.0f} s "
+                           f"(thread {thread['configurable']['thread_id']!r})")
+
+
+def _saved_head(graph: Any, thread: dict[str, Any], messages: Sequence[Any]) -> dict[str, Any]:
+    """The config of the saved checkpoint holding exactly the live state's messages: the original run's head."""
+    deadline = time.monotonic() + HEAD_WAIT_S
+    while True:
+        saved = graph.checkpointer.get_tuple(thread)
+        if _is_head(saved, messages):
+            return dict(saved.config)
+        if time.monotonic() > deadline:
+            raise _head_error(thread)
+        time.sleep(0.005)
+
+
+async def _asaved_head(graph: Any, thread: dict[str, Any], messages: Sequence[Any]) -> dict[str, Any]:
+    deadline = time.monotonic() + HEAD_WAIT_S
+    while True:
+        saved = await graph.checkpointer.aget_tuple(thread)
+        if _is_head(saved, messages):
+            return dict(saved.config)
+        if time.monotonic() > deadline:
+            raise _head_error(thread)
+        await asyncio.sleep(0.005)
+
+
+def _tool_names(graph: Any) -> list[str]:
+    """The tools of a `create_agent` graph (its ToolNode's), for hints that name them; [] when not found."""
+    node = getattr(graph, "nodes", {}).get("tools")
+    bound = getattr(node, "bound", None)
+    names = getattr(bound, "tools_by_name", None)
+    return sorted(names) if isinstance(names, dict) else []
+
+
+def _repair_update(outcome: RepairOutcome, original_head: dict[str, Any], messages: list[Any] | None) -> dict[str, Any]:
+    """The state update of an inline repair: the record, and the repaired branch's messages when one passed."""
+    passed = next((a for a in outcome.attempts if a.outcome == "passed"), None)
+    last = passed or (outcome.attempts[-1] if outcome.attempts else None)
+    head = (outcome.config or {}).get("configurable", {}).get("checkpoint_id") if passed else None
+    record = {
+        "outcome": outcome.outcome,
+        "rung": last.rung if last else None,
+        "attempts": len(outcome.attempts),
+        "fork_checkpoint": last.checkpoint_id if last else None,  # where the fork starts (a checkpoint of the original)
+        "fork_head": head,  # the repaired branch's last checkpoint (None when no fork passed)
+        "original_checkpoint": original_head.get("configurable", {}).get("checkpoint_id"),
+        "extra_model_calls": outcome.extra_model_calls,
+        "answer": outcome.answer,
+        "original_answer": outcome.original_answer,
+        "findings": [f.model_dump(mode="json", exclude_defaults=True) for f in outcome.findings],
+    }
+    update: dict[str, Any] = {"guardrail_repair": record}
+    if messages is not None:
+        # The run returns the repaired branch: its messages replace the original's in this final state.
+        update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
+    return update

@@ -22,11 +22,15 @@ still imports without either.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from adapters.steps import content_text
 from guardrail.consistency import (
     CanonicalizationError,
     DryRunHarness,
@@ -35,7 +39,7 @@ from guardrail.consistency import (
     PlanVerdict,
     ProposedCall,
     SelfConsistencyLayer,
-    modal_index,
+    canonical_args,
 )
 from guardrail.core.events import Action, Decision
 from guardrail.core.guard import Guard
@@ -44,7 +48,7 @@ from guardrail.core.layer import EpisodeContext
 if TYPE_CHECKING:
     from autogen_core.models import CreateResult
 
-__all__ = ["GatedStep", "SamplingChatCompletionClient", "SelfConsistencyMiddleware", "StepSampler",
+__all__ = ["GatedCall", "GatedStep", "SamplingChatCompletionClient", "aligned_batches", "SelfConsistencyMiddleware", "StepSampler",
            "sampling_model_node", "sandbox_tools"]
 
 EpisodeSource = EpisodeContext | Callable[[], EpisodeContext]
@@ -77,23 +81,66 @@ def _autogen_runner(tool: Any) -> Callable[..., Any]:
 
 @dataclass(frozen=True)
 class GatedStep:
-    """The outcome of gating one sampled step."""
+    """The outcome of gating one sampled step: which candidate to use and, per call of it, the Guard's decision."""
 
     chosen: int  # index of the candidate to hand back to the agent
-    decision: Decision | None  # None when no candidate called a tool (nothing to gate)
+    decision: Decision | None  # the step's deciding decision (the first block, else the first call's); None: no call
+    verdict: PlanVerdict | None
+    samples: list[PlanSample]  # the first call's samples (every call's are in `calls`)
+    calls: list[GatedCall] = field(default_factory=list)  # one per tool call of the chosen candidate, in order
+
+    @property
+    def blocked(self) -> bool:
+        """True when every call of the chosen candidate was blocked (the step runs no tool)."""
+        return bool(self.calls) and all(call.blocked for call in self.calls)
+
+    @property
+    def blocked_call_ids(self) -> set[str]:
+        return {call.call_id for call in self.calls if call.blocked}
+
+
+@dataclass(frozen=True)
+class GatedCall:
+    """One call of a (possibly parallel) sampled step: its aligned samples and what the Guard decided."""
+
+    position: int  # index among the chosen candidate's calls
+    call_id: str
+    decision: Decision
     verdict: PlanVerdict | None
     samples: list[PlanSample]
 
     @property
     def blocked(self) -> bool:
-        return self.decision is not None and self.decision.blocked
+        return self.decision.blocked
+
+
+Candidate = Sequence[ProposedCall]  # one sampled response: its tool calls (empty: it answered in text)
+
+
+def aligned_batches(candidates: Sequence[Candidate], chosen: int) -> list[list[ProposedCall]]:
+    """Per call of the chosen candidate, the matching call of every candidate (None-tool when it made none).
+
+    Parallel calls come in any order, so a call is matched by tool and rank: the k-th call to a tool
+    in one candidate lines up with the k-th call to that tool in every other.
+    """
+    batches = []
+    ranks: dict[str | None, int] = {}
+    for call in candidates[chosen]:
+        rank = ranks.get(call.tool, 0)
+        ranks[call.tool] = rank + 1
+        batch = []
+        for candidate in candidates:
+            same = [c for c in candidate if c.tool == call.tool]
+            batch.append(same[rank] if rank < len(same) else ProposedCall(None, None))
+        batches.append(batch)
+    return batches
 
 
 class StepSampler:
-    """The framework-free core both wrappers share: dry-run N candidates, stage them, ask the Guard."""
+    """The framework-free core every wrapper shares: dry-run N candidates, stage them, ask the Guard about each call."""
 
     def __init__(self, guard: Guard, layer: SelfConsistencyLayer, harness: DryRunHarness, *,
-                 episode: EpisodeSource, n: int = 5, strict: bool = False) -> None:
+                 episode: EpisodeSource | None = None, n: int = 5, strict: bool = False) -> None:
         if n < 2:
             raise ValueError(f"sampling needs n >= 2 candidates per step, got {n}")
         if layer not in guard.layers:
@@ -107,15 +154,28 @@ class StepSampler:
         self.steps: list[GatedStep] = []
 
     def context(self) -> EpisodeContext:
+        if self.episode is None:
+            raise ValueError("this StepSampler has no episode: give episode= or pass ctx= to gate_step")
         return self.episode if isinstance(self.episode, EpisodeContext) else self.episode()
 
-    def _prepare(self, samples: list[PlanSample], calls: Sequence[ProposedCall]) -> tuple[int, Action, str]:
+    def modal_candidate(self, candidates: Sequence[Candidate]) -> int:
+        """The first candidate whose whole set of canonical calls is the most common (text-only counts as one)."""
+        registry = self.layer.gate.registry
         try:
-            chosen = modal_index(samples, self.layer.gate.registry)
+            keys = []
+            for candidate in candidates:
+                calls = []
+                for call in candidate:
+                    schema = registry.schema(call.tool)
+                    unordered = schema.unordered_args if schema is not None else frozenset()
+                    calls.append((call.tool or "", canonical_args(call.args, unordered=unordered)))
+                keys.append(tuple(sorted(calls)))
         except CanonicalizationError:
-            chosen = 0  # the layer reports the samples as not comparable; the agent is never broken by them
-        proposed = calls[chosen]
-        call_id = proposed.call_id or f"consistency-{id(samples)}"
+            return 0  # the layer reports the samples as not comparable; the agent is never broken by them
+        modal, _ = Counter(keys).most_common(1)[0]
+        return keys.index(modal)
+
+    def _action(self, proposed: ProposedCall, fallback_id: str) -> Action:
         args = proposed.args
         if isinstance(args, str):
             try:
@@ -124,54 +184,86 @@ class StepSampler:
                 args = {"_unparsed_arguments": args}
         if not isinstance(args, dict):
             args = {"_arguments": args}
-        return chosen, Action.tool_call(proposed.tool or "", args, call_id=call_id), call_id
+        return Action.tool_call(proposed.tool or "", args, call_id=proposed.call_id or fallback_id)
 
-    def _finish(self, ctx: EpisodeContext, chosen: int, decision: Decision, before: int,
-                samples: list[PlanSample]) -> GatedStep:
+    def _plan(self, candidates: Sequence[Candidate]) -> tuple[int, list[list[ProposedCall]]]:
+        chosen = self.modal_candidate(candidates)
+        return chosen, aligned_batches(candidates, chosen)
+
+    def _staged(self, ctx: EpisodeContext, position: int, proposed: ProposedCall,
+                samples: list[PlanSample]) -> tuple[Action, str, int]:
+        call_id = proposed.call_id or f"consistency-{id(samples)}-{position}"
+        before = len(self.layer.verdicts(ctx))
+        self.layer.stage(ctx, samples, call_id=call_id)
+        return self._action(proposed, call_id), call_id, before
+
+    def _gated_call(self, ctx: EpisodeContext, position: int, call_id: str, decision: Decision, before: int,
+                    samples: list[PlanSample]) -> GatedCall:
         verdicts = self.layer.verdicts(ctx)
         verdict = verdicts[-1] if len(verdicts) > before else None
-        step = GatedStep(chosen, decision, verdict, samples)
+        return GatedCall(position, call_id, decision, verdict, samples)
+
+    def _finish(self, chosen: int, calls: list[GatedCall]) -> GatedStep:
+        if not calls:
+            return GatedStep(chosen, None, None, [])
+        deciding = next((c for c in calls if c.blocked), calls[0])
+        step = GatedStep(chosen, deciding.decision, deciding.verdict, calls[0].samples, calls)
         self.steps.append(step)
         if self.strict:
-            gating = [f for f in decision.findings if f.layer == self.layer.name and f.check in _GATING_CHECKS]
-            if gating:
-                raise HallucinationGateError(gating[0].message, verdict)
+            for call in calls:
+                gating = [f for f in call.decision.findings
+                          if f.layer == self.layer.name and f.check in _GATING_CHECKS]
+                if gating:
+                    raise HallucinationGateError(gating[0].message, call.verdict)
         return step
 
-    def gate(self, calls: Sequence[ProposedCall]) -> GatedStep:
-        """Dry-run `calls` (one per candidate), gate the batch, and say which candidate to use.
+    def gate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None) -> GatedStep:
+        """Dry-run every call of the candidates, gate each call of the modal candidate, and say which to use.
 
-        When no candidate calls a tool, or most candidates answer without one, the modal
-        candidate runs nothing and there is nothing to gate.
+        When the modal candidate calls no tool (most candidates answered in text) there is nothing to gate.
         """
-        if all(call.tool is None for call in calls):
-            return GatedStep(0, None, None, [])
-        ctx = self.context()
-        samples = self.harness.run(calls)
-        chosen, action, call_id = self._prepare(samples, calls)
-        if calls[chosen].tool is None:
-            return GatedStep(chosen, None, None, samples)
-        before = len(self.layer.verdicts(ctx))
-        self.layer.stage(ctx, samples, call_id=call_id)
-        return self._finish(ctx, chosen, self.guard.before_action(ctx, action), before, samples)
+        chosen, batches = self._plan(candidates)
+        if not batches:
+            return self._finish(chosen, [])
+        ctx = ctx or self.context()
+        calls = []
+        for position, batch in enumerate(batches):
+            samples = self.harness.run(batch)
+            action, call_id, before = self._staged(ctx, position, batch[chosen], samples)
+            decision = self.guard.before_action(ctx, action)
+            calls.append(self._gated_call(ctx, position, call_id, decision, before, samples))
+        return self._finish(chosen, calls)
+
+    async def agate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None) -> GatedStep:
+        """As `gate_step`; the dry runs of all calls go concurrently, the Guard runs off the event loop."""
+        chosen, batches = self._plan(candidates)
+        if not batches:
+            return self._finish(chosen, [])
+        ctx = ctx or self.context()
+        all_samples = await asyncio.gather(*(self.harness.arun(batch) for batch in batches))
+        calls = []
+        for position, (batch, samples) in enumerate(zip(batches, all_samples, strict=True)):
+            action, call_id, before = self._staged(ctx, position, batch[chosen], samples)
+            decision = await self.guard.abefore_action(ctx, action)
+            calls.append(self._gated_call(ctx, position, call_id, decision, before, samples))
+        return self._finish(chosen, calls)
+
+    def gate(self, calls: Sequence[ProposedCall]) -> GatedStep:
+        """`gate_step` for one call per candidate (a None tool: the candidate answered in text)."""
+        return self.gate_step([[c] if c.tool is not None else [] for c in calls])
 
     async def agate(self, calls: Sequence[ProposedCall]) -> GatedStep:
-        if all(call.tool is None for call in calls):
-            return GatedStep(0, None, None, [])
-        ctx = self.context()
-        samples = await self.harness.arun(calls)
-        chosen, action, call_id = self._prepare(samples, calls)
-        if calls[chosen].tool is None:
-            return GatedStep(chosen, None, None, samples)
-        before = len(self.layer.verdicts(ctx))
-        self.layer.stage(ctx, samples, call_id=call_id)
-        return self._finish(ctx, chosen, await self.guard.abefore_action(ctx, action), before, samples)
+        return await self.agate_step([[c] if c.tool is not None else [] for c in calls])
 
 
 def _blocked_text(step: GatedStep) -> str:
-    assert step.decision is not None
-    return ("[guardrail] The planned tool call was not run: sampled plans for this step disagree in a way "
-            "the self-consistency gate rejects.\n" + step.decision.message())
+    blocked = [call for call in step.calls if call.blocked]
+    head = ("[guardrail] The planned tool call was not run: sampled plans for this step disagree in a way "
+            "the self-consistency gate rejects.")
+    if len(step.calls) > 1:
+        head = (f"[guardrail] {len(blocked)} of the {len(step.calls)} planned tool calls were not run: sampled "
+                "plans for them disagree in a way the self-consistency gate rejects.")
+    return "\n".join([head, *(call.decision.message() for call in blocked)])
 
 
 # ---------------------------------------------------------------------- LangChain v1 / LangGraph
@@ -191,26 +283,53 @@ except ImportError:  # pragma: no cover - exercised only where LangChain is abse
     _MiddlewareBase = _LazyBase
 
 
-def _first_tool_call(response: Any) -> tuple[Any, ProposedCall]:
+def _langchain_message(response: Any) -> Any:
     from langchain_core.messages import AIMessage
 
     messages = response.result if hasattr(response, "result") else [response]
-    message = next((m for m in messages if isinstance(m, AIMessage)), None)
-    if message is None or not message.tool_calls:
-        return message, ProposedCall(None, None)
-    call = message.tool_calls[0]  # one call per step is gated; parallel calls beyond the first pass as they are
-    return message, ProposedCall(call["name"], call.get("args", {}), call_id=call.get("id"))
+    return next((m for m in messages if isinstance(m, AIMessage)), None)
+
+
+def _langchain_calls(response: Any) -> list[ProposedCall]:
+    """Every tool call of one sampled response (a ModelResponse or an AIMessage), parallel calls included."""
+    message = _langchain_message(response)
+    if message is None:
+        return []
+    return [ProposedCall(call["name"], call.get("args", {}), call_id=call.get("id")) for call in message.tool_calls]
+
+
+def _langchain_outcome(response: Any, step: GatedStep) -> Any:
+    """What the agent gets: the chosen response; without its blocked calls; or a plain message when all are blocked."""
+    from langchain_core.messages import AIMessage
+
+    if step.blocked:
+        return AIMessage(content=_blocked_text(step))
+    blocked = step.blocked_call_ids
+    if not blocked:
+        return response
+    message = _langchain_message(response)
+    kept = [call for call in message.tool_calls if call.get("id") not in blocked]
+    text = content_text(message.content)
+    trimmed = message.model_copy(update={"tool_calls": kept,
+                                         "content": "\n\n".join(p for p in (text, _blocked_text(step)) if p)})
+    if hasattr(response, "result"):
+        return dataclasses.replace(response, result=[trimmed if m is message else m for m in response.result])
+    return trimmed
 
 
 class SelfConsistencyMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
-    """LangChain v1 agent middleware: each model call becomes N calls, gated before any tool runs.
+    """LangChain v1 agent middleware: each model call becomes N calls, every tool call gated before any runs.
 
-        sampler = SelfConsistencyMiddleware(guard, layer, harness, episode=ctx, n=5)
-        agent = create_agent(model, tools, middleware=[sampler])
+        sampler = SelfConsistencyMiddleware(guard, layer, harness, n=5)
+        agent = create_agent(model, tools, middleware=[GuardMiddleware(guard), sampler])
+
+    Without ``episode=`` the samples are judged in the run's own guard episode (the one
+    `GuardMiddleware` keeps for the thread, started here when it runs alone). In async code
+    (``ainvoke``) the N candidates are drawn concurrently.
     """
 
     def __init__(self, guard: Guard, layer: SelfConsistencyLayer, harness: DryRunHarness, *,
-                 episode: EpisodeSource, n: int = 5, strict: bool = False) -> None:
+                 episode: EpisodeSource | None = None, n: int = 5, strict: bool = False) -> None:
         super().__init__()
         self.sampler = StepSampler(guard, layer, harness, episode=episode, n=n, strict=strict)
 
@@ -218,40 +337,51 @@ class SelfConsistencyMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-typ
     def name(self) -> str:  # the AgentMiddleware registry keys middleware by name
         return "guardrail_self_consistency"
 
-    def _respond(self, responses: list[Any], step: GatedStep) -> Any:
-        from langchain_core.messages import AIMessage
+    def _context(self, request: Any) -> EpisodeContext:
+        """The episode this model call belongs to: the given one, else the run's (a repair fork's, the state's, the thread's)."""
+        if self.sampler.episode is not None:
+            return self.sampler.context()
+        from langgraph.config import get_config
 
-        if step.blocked:
-            return AIMessage(content=_blocked_text(step))
-        return responses[step.chosen]
+        guard = self.sampler.guard
+        try:
+            configurable = get_config().get("configurable") or {}
+        except RuntimeError:
+            configurable = {}
+        state = getattr(request, "state", None) or {}
+        episode_id = (configurable.get("guardrail_fork") or state.get("guardrail_episode")
+                      or configurable.get("thread_id"))
+        if episode_id is not None and str(episode_id) in guard.running_episodes:
+            return guard.context(str(episode_id))
+        return guard.start_episode(None if episode_id is None else str(episode_id), framework="langgraph")
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         responses = [handler(request) for _ in range(self.sampler.n)]
-        calls = [_first_tool_call(response)[1] for response in responses]
-        return self._respond(responses, self.sampler.gate(calls))
+        step = self.sampler.gate_step([_langchain_calls(response) for response in responses],
+                                      ctx=self._context(request))
+        return _langchain_outcome(responses[step.chosen], step)
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        responses = [await handler(request) for _ in range(self.sampler.n)]
-        calls = [_first_tool_call(response)[1] for response in responses]
-        return self._respond(responses, await self.sampler.agate(calls))
+        responses = await asyncio.gather(*(handler(request) for _ in range(self.sampler.n)))
+        step = await self.sampler.agate_step([_langchain_calls(response) for response in responses],
+                                             ctx=self._context(request))
+        return _langchain_outcome(responses[step.chosen], step)
 
 
 def sampling_model_node(model: Any, sampler: StepSampler) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """A model node for a hand-built LangGraph ``StateGraph`` over ``messages``: N candidates, gated.
+    """A model node for a hand-built LangGraph ``StateGraph`` over ``messages``: N candidates, every call gated.
 
         graph.add_node("model", sampling_model_node(model.bind_tools(tools), sampler))
         graph.add_node("tools", ToolNode(tools))
 
-    The node invokes `model` N times on the state's messages and returns the modal candidate,
-    or, when the Guard blocks it, an assistant message without tool calls saying why.
+    The node invokes `model` N times on the state's messages and returns the modal candidate
+    without its blocked calls, or, when the Guard blocks them all, an assistant message saying why.
     """
-    from langchain_core.messages import AIMessage
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
         responses = [model.invoke(state["messages"]) for _ in range(sampler.n)]
-        step = sampler.gate([_first_tool_call(response)[1] for response in responses])
-        message = AIMessage(content=_blocked_text(step)) if step.blocked else responses[step.chosen]
-        return {"messages": [message]}
+        step = sampler.gate_step([_langchain_calls(response) for response in responses])
+        return {"messages": [_langchain_outcome(responses[step.chosen], step)]}
 
     return node
 
@@ -269,16 +399,28 @@ except ImportError:  # pragma: no cover - exercised only where AutoGen is absent
     _ClientBase = _LazyBase
 
 
-def _autogen_call(result: CreateResult) -> ProposedCall:
+def _autogen_calls(result: CreateResult) -> list[ProposedCall]:
     content = result.content
-    if isinstance(content, list) and content:
-        call = content[0]  # as in LangChain: the first call of a step is gated
-        return ProposedCall(call.name, call.arguments, call_id=call.id)
-    return ProposedCall(None, None)
+    if isinstance(content, list):
+        return [ProposedCall(call.name, call.arguments, call_id=call.id) for call in content]
+    return []
+
+
+def _autogen_outcome(result: CreateResult, step: GatedStep) -> CreateResult:
+    from autogen_core.models import CreateResult
+
+    if step.blocked:
+        return CreateResult(finish_reason="stop", content=_blocked_text(step), usage=result.usage, cached=False)
+    blocked = step.blocked_call_ids
+    if not blocked or not isinstance(result.content, list):
+        return result
+    kept = [call for call in result.content if call.id not in blocked]
+    thought = "\n\n".join(p for p in (result.thought or "", _blocked_text(step)) if p)
+    return result.model_copy(update={"content": kept, "thought": thought})
 
 
 class SamplingChatCompletionClient(_ClientBase):  # type: ignore[misc,valid-type]
-    """An AutoGen model client that asks the wrapped client N times per step and gates the candidates.
+    """An AutoGen model client that asks the wrapped client N times per step (concurrently) and gates every call.
 
         client = SamplingChatCompletionClient(inner, guard=guard, layer=layer, harness=harness, episode=ctx)
         agent = AssistantAgent("worker", model_client=client, tools=[...])
@@ -290,14 +432,9 @@ class SamplingChatCompletionClient(_ClientBase):  # type: ignore[misc,valid-type
         self.sampler = StepSampler(guard, layer, harness, episode=episode, n=n, strict=strict)
 
     async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
-        from autogen_core.models import CreateResult
-
-        results = [await self.inner.create(messages, **kwargs) for _ in range(self.sampler.n)]
-        step = await self.sampler.agate([_autogen_call(result) for result in results])
-        if step.blocked:
-            chosen = results[step.chosen]
-            return CreateResult(finish_reason="stop", content=_blocked_text(step), usage=chosen.usage, cached=False)
-        return results[step.chosen]
+        results = await asyncio.gather(*(self.inner.create(messages, **kwargs) for _ in range(self.sampler.n)))
+        step = await self.sampler.agate_step([_autogen_calls(result) for result in results])
+        return _autogen_outcome(results[step.chosen], step)
 
     async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:
         # The N candidates must all be complete before the gate can compare them: no token streaming.

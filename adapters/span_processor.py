@@ -14,12 +14,21 @@ GenAI span of the trace and finishes when the trace's local root span ends.
 - the end of the trace feeds what is pending and runs ``on_finish``.
 
 The guard's own spans (``guardrail.*``) are ignored, so a Guard may share the tracer provider.
+
+Like OpenTelemetry's ``BatchSpanProcessor``, ``on_end`` only puts the span on a bounded queue
+(``max_queue_size``); one worker thread runs the Guard on it. The instrumented code never waits
+for a layer: under overload the newest spans are dropped and counted (``dropped_spans``, logged
+once per burst). ``force_flush`` waits until the queue is drained; ``shutdown`` drains it, stops
+the worker and finishes every open episode.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +44,9 @@ from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
 
 __all__ = ["GuardSpanProcessor", "operation_of"]
+
+_log = logging.getLogger("guardrail.adapters")
+_STOP = object()  # the worker's end-of-queue marker
 
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 GEN_AI_COMPLETION = "gen_ai.completion"  # older instrumentations: the completion text
@@ -109,15 +121,23 @@ class _Trace:
 
 
 class GuardSpanProcessor(SpanProcessor):
-    """Feeds a Guard from finished GenAI spans; one trace is one episode. Never raises into the tracer."""
+    """Feeds a Guard from finished GenAI spans on a worker thread; one trace is one episode. Never raises into the tracer."""
 
-    def __init__(self, guard: Guard, *, framework: str | None = None) -> None:
+    def __init__(self, guard: Guard, *, framework: str | None = None, max_queue_size: int = 2048) -> None:
+        if max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be at least 1, got {max_queue_size}")
         self.guard = guard
         self.framework = framework
         self.finished: list[tuple[str, Decision]] = []  # (episode id, on_finish decision), in order
+        self.dropped_spans = 0  # spans refused because the queue was full (the agent never waits)
         self._traces: dict[int, _Trace] = {}
         self._roots: dict[int, int] = {}  # trace id -> the span id of its local root
         self._lock = threading.RLock()
+        self._queue: queue.Queue[Any] = queue.Queue(max_queue_size)
+        self._warned = False
+        self._closed = False
+        self._worker = threading.Thread(target=self._work, name="guardrail-span-processor", daemon=True)
+        self._worker.start()
 
     # ----------------------------------------------------------------- SpanProcessor
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -128,21 +148,53 @@ class GuardSpanProcessor(SpanProcessor):
                 self._roots.setdefault(trace_id, span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if span.name.startswith("guardrail.") or (span.instrumentation_scope is not None
-                                                  and span.instrumentation_scope.name == tm.TRACER_NAME):
+        if self._closed or span.name.startswith("guardrail.") or (
+                span.instrumentation_scope is not None and span.instrumentation_scope.name == tm.TRACER_NAME):
             return
         try:
-            self._consume(span)
+            self._queue.put_nowait(span)
+        except queue.Full:
+            self.dropped_spans += 1
+            if not self._warned:  # once per burst: a log line per dropped span would add to the overload
+                self._warned = True
+                _log.warning("guardrail span processor: queue full (%d spans), dropping spans; "
+                             "raise max_queue_size or give the guard more CPU", self._queue.maxsize)
         except Exception:  # noqa: BLE001 - a span processor must never break the instrumented agent
             pass
 
+    def _work(self) -> None:
+        while True:
+            span = self._queue.get()
+            try:
+                if span is _STOP:
+                    return
+                self._consume(span)
+            except Exception:  # noqa: BLE001 - one bad span never stops the worker
+                _log.debug("guardrail span processor: a span could not be consumed", exc_info=True)
+            finally:
+                self._queue.task_done()
+                if self._warned and self._queue.qsize() == 0:
+                    self._warned = False
+
     def shutdown(self) -> None:
+        if self._closed:
+            return
+        self.force_flush()
+        self._closed = True
+        self._queue.put(_STOP)
+        self._worker.join(timeout=30)
         with self._lock:
             trace_ids = list(self._traces)
         for trace_id in trace_ids:
             self._finish(trace_id)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait until every queued span went through the Guard (False when `timeout_millis` ran out first)."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        while self._queue.unfinished_tasks:
+            if time.monotonic() > deadline or not self._worker.is_alive():
+                return False
+            time.sleep(0.001)
         return True
 
     # ----------------------------------------------------------------- episodes

@@ -105,15 +105,20 @@ def _kind(message: Any) -> str | None:
 
 
 def langchain_logprobs(message: Any) -> list[float]:
-    """Token log-probabilities from an OpenAI-style ``response_metadata["logprobs"]["content"]``."""
+    """Token log-probabilities from a message's ``response_metadata["logprobs"]``.
+
+    OpenAI's shape (``{"content": [{"token", "logprob", ...}]}``, what ``ChatOpenAI(logprobs=True)``
+    puts there), Ollama's (a list of ``Logprob`` objects, what ``ChatOllama(logprobs=True)`` puts
+    there) and a bare list of numbers all read the same; anything else gives none.
+    """
     meta = getattr(message, "response_metadata", None) or {}
     raw = meta.get("logprobs") if isinstance(meta, Mapping) else None
     items = raw.get("content") if isinstance(raw, Mapping) else raw
-    if not isinstance(items, list):
+    if not isinstance(items, list | tuple):
         return []
     out: list[float] = []
     for item in items:
-        value = item.get("logprob") if isinstance(item, Mapping) else item
+        value = item.get("logprob") if isinstance(item, Mapping) else getattr(item, "logprob", item)
         if isinstance(value, int | float) and not isinstance(value, bool):
             out.append(float(value))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Collection, Sequence
@@ -417,7 +418,8 @@ class Repairer:
                 with trace.use_span(span, end_on_exit=False):
                     watch = self._attempt_context(driver, session, attempt, task, tools)
                     fork_steps = await driver.fork(session.target, hint, watch, attempt)
-                    judge_attempt(attempt, watch, fork_steps, session.target)
+                    # The end-of-run checks are the guard's sync layers: off the event loop.
+                    await asyncio.to_thread(judge_attempt, attempt, watch, fork_steps, session.target)
                     session.trip = session.trip or watch.trip
             except Exception as exc:  # as in `repair`
                 error = exc

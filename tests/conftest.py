@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 REPO = Path(__file__).resolve().parents[1]
 # GUARDRAIL_SENTINEL points a checkout that does not sit beside shared/ (a worktree) at the corpora.
 SENTINEL = Path(os.environ.get("GUARDRAIL_SENTINEL") or REPO.parent / "shared" / "corpora" / "sentinel")
+POSTGRES_SCRIPT = REPO / "scripts" / "postgres.sh"
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
@@ -34,3 +38,28 @@ def sentinel_dir() -> Path:
     if not (SENTINEL / "langgraph7b" / "manifest.json").is_file():
         pytest.skip(f"sentinel corpora not found at {SENTINEL} (they live in ../shared/corpora, outside the repo)")
     return SENTINEL
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A real PostgreSQL server on 127.0.0.1 for this session (scripts/postgres.sh), or a skip saying why not.
+
+    `GUARDRAIL_POSTGRES_DSN` points the tests at a server you already run instead.
+    """
+    pytest.importorskip("langgraph.checkpoint.postgres", reason="langgraph-checkpoint-postgres is not installed "
+                        "(pip install 'guardrail[scale]')")
+    given = os.environ.get("GUARDRAIL_POSTGRES_DSN")
+    if given:
+        yield given
+        return
+    if shutil.which("bash") is None:
+        pytest.skip("bash is needed to run scripts/postgres.sh")
+    started = subprocess.run(["bash", str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=90)
+    if started.returncode != 0:
+        pytest.skip("cannot start a throwaway PostgreSQL server on loopback (install it with "
+                    f"`sudo scripts/postgres.sh install`): {started.stderr.strip()[-400:]}")
+    dsn, data_dir = started.stdout.strip().splitlines()[-2:]
+    try:
+        yield dsn
+    finally:
+        subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", data_dir], capture_output=True, timeout=60)

@@ -103,6 +103,7 @@ async def test_autogen_builtin_tracing_becomes_guard_steps_without_touching_the_
                            max_tool_iterations=2)
 
     await agent.run(task="read then clean up")
+    assert processor.force_flush()
 
     # AutoGen runs the two read_file calls of one model turn concurrently: their order is not fixed.
     calls = [(a.tool, a.call_id) for a in recorder.actions]
@@ -137,6 +138,7 @@ def test_chat_spans_with_content_carry_text_tool_calls_and_results(processor_for
                     [{"role": "assistant", "parts": [{"type": "text", "content": "It is sunny."}]}])}):
             pass
 
+    assert processor.force_flush()
     steps = recorder.episodes[0].steps
     assert [s.kind for s in steps] == [StepKind.TOOL_CALL, StepKind.FINAL]
     assert steps[0].text == "Let me look. [search({\"q\": \"weather\"}) -> sunny]" and steps[0].output_tokens == 12
@@ -152,6 +154,7 @@ def test_spans_without_genai_operations_start_no_episode(processor_for):
     with trace.get_tracer("x").start_as_current_span("http GET"):
         pass
 
+    assert processor.force_flush()
     assert processor.finished == [] and recorder.episodes == []
 
 
@@ -166,6 +169,7 @@ def test_a_raising_layer_never_breaks_the_instrumented_code(processor_for):
     with trace.get_tracer("x").start_as_current_span("execute_tool t", attributes={"gen_ai.tool.name": "t"}):
         pass
 
+    assert processor.force_flush()
     assert processor.finished[0][1].verdict.value == "allow"
 
 
@@ -173,7 +177,8 @@ def test_guard_spans_on_the_same_provider_are_not_fed_back():
     provider = TracerProvider()
     recorder = Recorder()
     guard = Guard([recorder], tracer=provider.get_tracer("guardrail"))
-    provider.add_span_processor(GuardSpanProcessor(guard))
+    processor = GuardSpanProcessor(guard)
+    provider.add_span_processor(processor)
     tracer = provider.get_tracer("agent")
 
     with tracer.start_as_current_span("invoke_agent a"):
@@ -181,4 +186,44 @@ def test_guard_spans_on_the_same_provider_are_not_fed_back():
                                                                         "gen_ai.tool.name": "t"}):
             pass
 
+    assert processor.force_flush()
     assert len(recorder.actions) == 1 and len(recorder.episodes) == 1
+    provider.shutdown()
+
+
+def test_on_end_only_queues_the_layers_run_on_the_worker_and_overload_is_counted():
+    import threading
+
+    release, entered = threading.Event(), threading.Event()
+
+    class Slow(Recorder):
+        threads: list[str] = []
+
+        def before_action(self, ctx, action):
+            self.threads.append(threading.current_thread().name)
+            entered.set()
+            release.wait(10)  # a layer far slower than the agent: the agent must not wait for it
+            return super().before_action(ctx, action)
+
+    provider = TracerProvider()
+    slow = Slow()
+    processor = GuardSpanProcessor(Guard([slow], tracer=provider.get_tracer("guardrail")), max_queue_size=4)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("agent")
+
+    with tracer.start_as_current_span("invoke_agent a"):
+        for i in range(12):  # the first is taken by the (blocked) worker, four wait, the rest are dropped
+            with tracer.start_as_current_span(f"execute_tool t{i}", attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": f"t{i}"}):
+                pass
+            if i == 0:
+                assert entered.wait(10)  # the worker holds t0 inside the layer
+    ended_while_blocked = len(slow.actions)
+    release.set()
+    assert processor.force_flush()
+
+    assert ended_while_blocked == 0  # every span ended with the layer still blocked: on_end never ran it
+    assert set(slow.threads) == {"guardrail-span-processor"}
+    assert processor.dropped_spans == 13 - 1 - 4  # twelve tool spans and the root: one in the worker, four queued
+    assert [a.tool for a in slow.actions] == ["t0", "t1", "t2", "t3", "t4"]
+    provider.shutdown()

@@ -268,3 +268,88 @@ def test_oversized_candidates_become_a_finding_not_a_crash():
     assert step.chosen == 0
     assert step.decision is not None
     assert [f.check for f in step.decision.findings] == ["samples_not_comparable"]
+
+
+# ---------------------------------------------------------------------------- parallel steps, concurrent samples
+def parallel_turn(i: int) -> AIMessage:
+    """Two calls in one step: the order the user named (all samples agree) and one the model invents (they do not)."""
+    return AIMessage(content="", tool_calls=[
+        {"name": "get_order", "args": {"order_id": f"ORD-5{i}"}, "id": f"x{i}"},
+        {"name": "get_order", "args": {"order_id": "ORD-1"}, "id": f"k{i}"}])
+
+
+def test_langchain_every_call_of_a_parallel_step_is_gated_and_only_the_fabricated_one_is_dropped():
+    turns = [parallel_turn(i) for i in range(5)] + [AIMessage(content="ORD-1 shipped.")] * 5
+    agent, model, layer, ctx, executed, middleware = langchain_agent(turns)
+    out = agent.invoke({"messages": [("user", "where is ORD-1, and my other order?")]})
+
+    step = middleware.sampler.steps[0]
+    assert [(c.call_id, c.blocked) for c in step.calls] == [("x0", True), ("k0", False)]
+    assert [v.decision.value for v in layer.verdicts(ctx)] == ["reject", "accept"]
+    assert executed == ["ORD-1"]  # the agreed call ran; the invented one never reached the tool
+    asked = next(m for m in out["messages"] if isinstance(m, AIMessage) and m.tool_calls)
+    assert [c["id"] for c in asked.tool_calls] == ["k0"] and "hallucinated_arguments" in asked.content
+    assert out["messages"][-1].content == "ORD-1 shipped."
+
+
+def autogen_parallel(i: int) -> CreateResult:
+    return CreateResult(finish_reason="function_calls", cached=False,
+                        usage=RequestUsage(prompt_tokens=10, completion_tokens=5),
+                        content=[FunctionCall(id=f"k{i}", name="get_order", arguments='{"order_id": "ORD-2"}'),
+                                 FunctionCall(id=f"x{i}", name="get_order", arguments=f'{{"order_id": "ORD-6{i}"}}')])
+
+
+async def test_autogen_every_call_of_a_parallel_step_is_gated_and_only_the_fabricated_one_is_dropped():
+    agent, layer, ctx, executed = autogen_agent([autogen_parallel(i) for i in range(5)])
+    await agent.run(task="where is ORD-2, and my other order?")
+
+    assert executed == ["ORD-2"]
+    assert sorted(v.decision.value for v in layer.verdicts(ctx)) == ["accept", "reject"]
+
+
+class InFlight:
+    """Counts model calls in flight at once (each takes a real 50 ms on the event loop)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+
+    async def hold(self) -> None:
+        import asyncio
+
+        self.now += 1
+        self.most = max(self.most, self.now)
+        await asyncio.sleep(0.05)
+        self.now -= 1
+
+
+async def test_async_samples_are_drawn_concurrently_in_both_frameworks():
+    flight = InFlight()
+
+    class SlowChat(ScriptedChatModel):
+        async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+            await flight.hold()
+            return self._generate(*args, **kwargs)
+
+    guard, layer, harness = gated_guard()
+    ctx = guard.start_episode()
+    model = SlowChat(messages=iter([get_order_call("ORD-1", f"c{i}") for i in range(5)] + [AIMessage("ok")] * 5))
+    agent = create_agent(model, [tool(lookup_order)],
+                         middleware=[SelfConsistencyMiddleware(guard, layer, harness, episode=ctx, n=5)])
+    await agent.ainvoke({"messages": [("user", "where is ORD-1?")]})
+    assert flight.most == 5
+
+    autogen_flight = InFlight()
+
+    class SlowClient(ReplayChatCompletionClient):
+        async def create(self, *args: Any, **kwargs: Any) -> Any:
+            await autogen_flight.hold()
+            return await super().create(*args, **kwargs)
+
+    guard, layer, harness = gated_guard()
+    ctx = guard.start_episode()
+    client = SamplingChatCompletionClient(SlowClient([autogen_result("ORD-1", f"c{i}") for i in range(5)],
+                                                     model_info=TOOL_MODEL),
+                                          guard=guard, layer=layer, harness=harness, episode=ctx, n=5)
+    await client.create([])
+    assert autogen_flight.most == 5

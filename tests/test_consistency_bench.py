@@ -9,17 +9,33 @@ from traces.bench.consistency import run_benchmark
 from traces.bench.consistency_sandbox import MISDECLARED
 
 REQUIRED = ("naive_fp_share", "separated_fp_share", "fabricated_recall_naive", "fabricated_recall_separated",
-            "misdeclared_found", "n_plans", "added_us_per_sample")
+            "fabricated_accepted_share", "misdeclared_found", "n_plans", "added_us_per_sample", "sweep")
+SWEEP_KEYS = {"paraphrase_rate", "coincident_rate", "separated_fp_share", "fabricated_accepted_share"}
 
 
 def test_cli_json_has_the_issue_keys(capsys):
-    assert main(["bench", "consistency", "--json", "--plans", "120", "--seed", "2"]) == 0
+    assert main(["bench", "consistency", "--json", "--plans", "120", "--seed", "2", "--sweep-plans", "60",
+                 "--sweep-paraphrase", "0", "0.5", "--sweep-coincident", "0", "1"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert set(REQUIRED) <= set(figures)
     assert figures["n_plans"] == 120
-    for key in REQUIRED[:4]:
+    for key in REQUIRED[:5]:
         assert figures[key] is None or 0.0 <= figures[key] <= 1.0
     assert figures["added_us_per_sample"] > 0
+    assert [(p["paraphrase_rate"], p["coincident_rate"]) for p in figures["sweep"]] == [
+        (0.0, 0.0), (0.0, 1.0), (0.5, 0.0), (0.5, 1.0)]
+    assert all(SWEEP_KEYS <= set(point) for point in figures["sweep"])
+
+
+def test_paraphrased_healthy_plans_are_never_rejected_and_coincident_fabrications_all_run():
+    # Every healthy candidate respelled (number formats, paths, spaces, NFD, indented JSON): one meaning, no rejection.
+    healthy = run_benchmark(n_plans=200, seed=3, fabricated_fraction=0.0, ambiguous_fraction=0.0,
+                            paraphrase_rate=1.0)
+    assert healthy["separated_rejections"] == 0 and healthy["naive_rejections"] <= healthy["n_in_scope"]
+    # A model that fabricates the same value in every sample defeats self-consistency: all of them would run.
+    coincident = run_benchmark(n_plans=150, seed=4, fabricated_fraction=1.0, ambiguous_fraction=0.0,
+                               coincident_rate=1.0)
+    assert coincident["fabricated_accepted_share"] == 1.0 and coincident["separated_rejections"] == 0
 
 
 def test_honest_tools_are_never_reported_as_misdeclared():

@@ -17,6 +17,7 @@ from guardrail.consistency import (
     canonical_bytes,
     canonical_result,
 )
+from guardrail.consistency.canonical import spelling
 from tests.fuzzing import FUZZ
 
 
@@ -156,3 +157,37 @@ def test_arbitrary_argument_text_never_crashes(text):
         canonical_result(text)
     except CanonicalizationError:
         pass
+
+
+# ---------------------------------------------------------------------------- spellings of one argument
+@pytest.mark.parametrize("spellings", [
+    [{"amount": 1000}, {"amount": 1e3}, {"amount": "1e3"}, {"amount": "1,000.0"}, {"amount": " 1000 "},
+     '{"amount": 1000.0}', '{\n  "amount": "+1000"\n}'],
+    [{"path": "b"}, {"path": "./b"}, {"path": "./a/../b"}, {"path": "b/"}, {"path": "b "}],
+    [{"path": "docs/a.md"}, {"path": "docs//a.md"}, {"path": "./docs/x/../a.md"}],
+    [{"q": "deploy rollback"}, {"q": "  deploy   rollback"}, {"q": "deploy rollback\t"}],
+    [{"name": "caf\u00e9"}, {"name": "cafe\u0301"}, {"name": " caf\u00e9"}],
+    [{"ids": [1, 2]}, {"ids": ["1", "2.0"]}],
+], ids=["numbers", "paths", "nested-paths", "whitespace", "unicode", "lists"])
+def test_spellings_of_one_argument_agree(spellings):
+    assert len({canonical_args(s) for s in spellings}) == 1
+
+
+@pytest.mark.parametrize("different", [
+    ({"id": "007"}, {"id": 7}),  # a leading zero is an identifier
+    ({"amount": "1,5"}, {"amount": 1.5}),  # an ambiguous decimal comma stays text
+    ({"v": "1.2.3"}, {"v": "1.2"}),
+    ({"url": "http://x/a/../b"}, {"url": "http://x/b"}),  # URLs are not file paths
+    ({"cmd": "echo  a"}, {"cmd": "echo a b"}),
+    ({"path": "../b"}, {"path": "b"}),  # leaving the folder is another place
+    ({"text": "a\nb"}, {"text": "a b"}),  # lines stay lines
+])
+def test_different_meanings_stay_apart(different):
+    left, right = different
+    assert canonical_args(left) != canonical_args(right)
+
+
+def test_results_are_not_respelled():
+    # Only arguments are read for their meaning; a tool result that is "1000" vs 1000 is what the tool said.
+    assert canonical_result("1000") != canonical_result(1000)
+    assert spelling("1e400") == "1e400" and spelling("-0") == 0

@@ -3,44 +3,14 @@
 from __future__ import annotations
 
 import operator
-import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES_SCRIPT = REPO / "scripts" / "postgres.sh"
-
-
-@pytest.fixture(scope="session")
-def postgres_dsn() -> Iterator[str]:
-    """A real PostgreSQL server on 127.0.0.1 for this session (scripts/postgres.sh), or a skip saying why not.
-
-    `GUARDRAIL_POSTGRES_DSN` points the tests at a server you already run instead.
-    """
-    pytest.importorskip("langgraph.checkpoint.postgres", reason="langgraph-checkpoint-postgres is not installed "
-                        "(pip install 'guardrail[scale]')")
-    given = os.environ.get("GUARDRAIL_POSTGRES_DSN")
-    if given:
-        yield given
-        return
-    if shutil.which("bash") is None:
-        pytest.skip("bash is needed to run scripts/postgres.sh")
-    started = subprocess.run(["bash", str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=90)
-    if started.returncode != 0:
-        pytest.skip("cannot start a throwaway PostgreSQL server on loopback (install it with "
-                    f"`sudo scripts/postgres.sh install`): {started.stderr.strip()[-400:]}")
-    dsn, data_dir = started.stdout.strip().splitlines()[-2:]
-    try:
-        yield dsn
-    finally:
-        subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", data_dir], capture_output=True, timeout=60)
 
 
 # ----------------------------------------------------------------------------- a small real LangGraph graph

@@ -25,6 +25,7 @@ TABLE: dict[str, CommandSpec] = {
     "verify": _bench("traces.bench.verify:BENCH", "verifier catch rates and healthy false positives"),
     "consistency": _bench("traces.bench.consistency:BENCH", "naive vs separated self-consistency gate"),
     "repair": _bench("traces.bench.repair:BENCH", "repair rungs vs the resample control"),
+    "clients": _bench("traces.bench.clients:BENCH", "ChatOpenAI / AutoGen OpenAI / ChatOllama guarded over loopback HTTP"),
     "overhead": _bench("traces.bench.overhead:BENCH", "added time per step, guarded vs unguarded"),
     "load": _bench("traces.bench.load:BENCH", "steps/s and memory at 1/8/64 concurrent episodes"),
     "scale": _bench("traces.bench.scale:BENCH", "scoring throughput on 1/2/4 Dask workers vs local"),

@@ -236,8 +236,9 @@ def endpoint_model(framework: str, model: str, endpoint: str | None = None, *, t
     try:
         if framework == "langgraph" and provider == "openai":
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+            from pydantic import SecretStr
 
-            return ChatOpenAI(model=name, base_url=endpoint, api_key=api_key, temperature=temperature,
+            return ChatOpenAI(model=name, base_url=endpoint, api_key=SecretStr(api_key), temperature=temperature,
                               logprobs=True)
         if framework == "langgraph":
             from langchain_ollama import ChatOllama  # type: ignore[import-not-found]

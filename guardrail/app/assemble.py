@@ -1,9 +1,33 @@
-"""`Guard.default`: the Guard a user gets from what they have (workspace -> gate, model -> monitor, spec -> verifiers)."""
+"""`Guard.default`: the Guard a user gets from what they have, all five layers in one assembly.
+
+    guard = Guard.default(workspace=".", model="monitor.npz", spec="booking_tools",        # gate, monitor, verifiers
+                          n=5, tool_schemas=schemas, sandbox=sandbox_tools,                # self-consistency
+                          checkpointer=saver, mode="intervene")                            # repair
+    agent = guard.bind(create_agent(model, tools, middleware=guard.langchain_middleware(), checkpointer=saver))
+
+What each option turns on (every layer can also be switched off by name with ``disable=``):
+
+=================  ==================================================================  ===============
+layer (name)       turned on by                                                        off
+=================  ==================================================================  ===============
+gate               ``workspace=`` (the repository the agent works in)                  ``"gate"``
+consistency        ``n=`` (samples per step, >= 2) with ``sandbox=`` (tools for dry   ``"consistency"``
+                   runs) and ``tool_schemas=`` (which tools are deterministic)
+monitor            ``model=`` (a fitted StepMonitor or its model file)                 ``"monitor"``
+verifier           ``spec=`` (a verifier spec or its name)                             ``"verifier"``
+repair             ``checkpointer=`` (a LangGraph saver) or ``repair=True``             ``"repair"``
+=================  ==================================================================  ===============
+
+Repair is not a pipeline layer: it re-runs the agent. The assembled Guard carries its `Repairer`
+(``guard.repairer``) and the adapters built by ``guard.langchain_middleware()`` use it inside the
+run; AutoGen agents and teams use it through ``adapters.autogen_repair``.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from guardrail.core.guard import Guard as PipelineGuard
@@ -12,11 +36,24 @@ from guardrail.core.layer import Layer
 if TYPE_CHECKING:
     from guardrail.core.guard import Mode
 
-__all__ = ["Guard", "default_guard", "default_layers", "LayerUnavailable"]
+__all__ = ["LAYER_NAMES", "Guard", "LayerUnavailable", "Sampling", "default_guard", "default_layers"]
+
+# The names `disable=` takes, in pipeline order ("repair" is the re-run driver, not a pipeline layer).
+LAYER_NAMES = ("gate", "consistency", "monitor", "verifier", "repair")
+_ALIASES = {"verifiers": "verifier", "self_consistency": "consistency", "self-consistency": "consistency"}
 
 
 class LayerUnavailable(ImportError):
     """A layer was asked for (by giving its input) but its package is not installed in this build."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The self-consistency wiring: the layer in the pipeline, the dry-run harness and N."""
+
+    layer: Any  # guardrail.consistency.SelfConsistencyLayer
+    harness: Any  # guardrail.consistency.DryRunHarness
+    n: int
 
 
 def _gate(workspace: str | os.PathLike[str], *, python: str | None, tools: Any) -> Layer:
@@ -43,6 +80,45 @@ def _verifiers(spec: Any, contracts: Any) -> Layer:
     return VerifierLayer(spec, contracts=contracts)
 
 
+def _consistency(n: int, sandbox: Mapping[str, Any] | Sequence[Any] | None, tool_schemas: Sequence[Any],
+                 epoch: Any) -> Sampling:
+    if n < 2:
+        raise ValueError(f"n= is the number of plans sampled per step for self-consistency; it must be >= 2, got {n}")
+    if sandbox is None:
+        raise ValueError("n= asks for self-consistency, which dry-runs every sampled call: give sandbox= "
+                         "(the tools to run them against, a mapping name -> callable or a list of framework tools)")
+    try:
+        from guardrail.consistency import (
+            ConsistencyGate,
+            DeterminismRegistry,
+            DryRunHarness,
+            SelfConsistencyLayer,
+        )
+    except ImportError as exc:
+        raise LayerUnavailable(f"n= asks for self-consistency, but guardrail.consistency cannot load: {exc}") from exc
+    tools = _sandbox_tools(sandbox)
+    registry = DeterminismRegistry(tool_schemas)
+    harness = DryRunHarness(tools, epoch=epoch)
+    harness.probe(registry)  # a deterministic: true declaration counts only once probed here
+    return Sampling(SelfConsistencyLayer(ConsistencyGate(registry)), harness, n)
+
+
+def _sandbox_tools(sandbox: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
+    if isinstance(sandbox, Mapping) and all(callable(t) and not hasattr(t, "run_json") for t in sandbox.values()):
+        return dict(sandbox)
+    from adapters.sampling import sandbox_tools  # framework tools (LangChain, AutoGen) as dry-run callables
+
+    return sandbox_tools(sandbox)
+
+
+def _disabled(disable: Collection[str]) -> set[str]:
+    names = {_ALIASES.get(name, name) for name in disable}
+    unknown = sorted(names - set(LAYER_NAMES))
+    if unknown:
+        raise ValueError(f"disable= names unknown layers {unknown}; the layers are {list(LAYER_NAMES)}")
+    return names
+
+
 def default_layers(
     *,
     workspace: str | os.PathLike[str] | None = None,
@@ -52,14 +128,19 @@ def default_layers(
     tools: Mapping[str, Any] | None = None,
     contracts: Mapping[str, Any] | None = None,
     extra_layers: Sequence[Layer] = (),
+    consistency: Layer | None = None,
+    disable: Collection[str] = (),
 ) -> list[Layer]:
-    """The layers for what is given, in pipeline order: gate, monitor, verifiers, then `extra_layers`."""
+    """The layers for what is given, in pipeline order: gate, consistency, monitor, verifiers, then `extra_layers`."""
+    off = _disabled(disable)
     layers: list[Layer] = []
-    if workspace is not None:
+    if workspace is not None and "gate" not in off:
         layers.append(_gate(workspace, python=python, tools=tools))
-    if model is not None:
+    if consistency is not None and "consistency" not in off:
+        layers.append(consistency)
+    if model is not None and "monitor" not in off:
         layers.append(_monitor(model))
-    if spec is not None:
+    if spec is not None and "verifier" not in off:
         layers.append(_verifiers(spec, contracts))
     layers.extend(extra_layers)
     return layers
@@ -76,27 +157,85 @@ def default_guard(
     tools: Mapping[str, Any] | None = None,
     contracts: Mapping[str, Any] | None = None,
     extra_layers: Sequence[Layer] = (),
+    n: int | None = None,
+    sandbox: Mapping[str, Any] | Sequence[Any] | None = None,
+    tool_schemas: Sequence[Any] = (),
+    epoch: Any = "sandbox",
+    checkpointer: Any = None,
+    repair: bool | None = None,
+    repair_options: Mapping[str, Any] | None = None,
+    disable: Collection[str] = (),
     **guard_options: Any,
 ) -> PipelineGuard:
-    """A Guard with every layer the arguments allow.
+    """A Guard with every layer the arguments allow (see the module docstring for the table).
 
-    ``workspace`` (the repository the agent works in) adds the pre-execution gate; ``model`` (a
-    fitted monitor or its model file) the step monitor; ``spec`` (a verifier spec, a shipped spec's
-    name, or a spec file such as one ``guardrail fit-spec`` wrote) the verifiers. Asking for a layer whose package cannot load raises `LayerUnavailable`
-    saying which; other keyword arguments go to `Guard` (``fail_closed``, ``capture_content``, ``tracer``).
+    ``workspace`` adds the pre-execution gate; ``n`` with ``sandbox`` and ``tool_schemas`` the
+    self-consistency layer (``epoch`` names the sandbox epoch: a fixed id or a callable read after
+    every dry run); ``model`` the step monitor; ``spec`` (a verifier spec, a shipped spec's name, or
+    a spec file such as one ``guardrail fit-spec`` wrote) the end-of-run verifiers; ``checkpointer``
+    (or ``repair=True``) the repairer (``repair_options`` go to `repair.Repairer`: rung, breaker,
+    max_attempts...). ``disable`` switches layers off by name. Asking for a layer whose package
+    cannot load raises `LayerUnavailable` saying which; other keyword arguments go to the Guard
+    (``fail_closed``, ``capture_content``, ``tracer``, ``offload``).
     """
+    off = _disabled(disable)
     make = cls or Guard
+    sampling = None
+    if n is not None and "consistency" not in off:
+        sampling = _consistency(n, sandbox, tool_schemas, epoch)
     layers = default_layers(workspace=workspace, model=model, spec=spec, python=python, tools=tools,
-                            contracts=contracts, extra_layers=extra_layers)
-    return make(layers, mode=mode, **guard_options)
+                            contracts=contracts, extra_layers=extra_layers,
+                            consistency=sampling.layer if sampling else None, disable=off)
+    guard = make(layers, mode=mode, **guard_options)
+    if isinstance(guard, Guard):
+        guard.sampling = sampling
+        wants_repair = repair if repair is not None else checkpointer is not None
+        if wants_repair and "repair" not in off:
+            try:
+                from repair.repairer import Repairer
+            except ImportError as exc:
+                raise LayerUnavailable(f"repair was asked for, but the repair package cannot load: {exc}") from exc
+            guard.repairer = Repairer(guard, **dict(repair_options or {}))
+        guard.checkpointer = checkpointer
+    return guard
 
 
 class Guard(PipelineGuard):
-    """The Guard pipeline (`guardrail.core.guard.Guard`) plus ``Guard.default``, which assembles the layers."""
+    """The Guard pipeline (`guardrail.core.guard.Guard`) plus ``Guard.default``, which assembles all five layers."""
+
+    sampling: Sampling | None = None  # self-consistency wiring, when assembled with n=
+    repairer: Any = None  # a repair.Repairer, when assembled with a checkpointer (or repair=True)
+    checkpointer: Any = None
 
     @classmethod
     def default(cls, **options: Any) -> Guard:
-        """A Guard with every layer the given options allow (workspace -> gate, model -> monitor, spec -> verifiers)."""
+        """A Guard with every layer the given options allow (see `default_guard`)."""
         guard = default_guard(cls, **options)
         assert isinstance(guard, Guard)
         return guard
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The pipeline's layers by name, plus "repair" when the Guard carries a repairer."""
+        return [layer.name for layer in self.layers] + (["repair"] if self.repairer is not None else [])
+
+    def langchain_middleware(self, **options: Any) -> list[Any]:
+        """The LangChain v1 middleware for every assembled layer: GuardMiddleware (with inline repair when the
+        Guard has a repairer), then the self-consistency sampler when assembled with ``n=``. Bind the graph
+        with `bind`. `options` go to GuardMiddleware (``stop_on_alarm``, ``on_decision``, ``cwd``...)."""
+        from adapters.langchain import GuardMiddleware
+        from adapters.sampling import SelfConsistencyMiddleware
+
+        middleware: list[Any] = [GuardMiddleware(self, repair=self.repairer or False, **options)]
+        if self.sampling is not None:
+            middleware.append(SelfConsistencyMiddleware(self, self.sampling.layer, self.sampling.harness,
+                                                        n=self.sampling.n))
+        self._middleware = middleware
+        return middleware
+
+    def bind(self, graph: Any) -> Any:
+        """Tell the middleware `langchain_middleware` made which graph it runs in (for inline repair); returns `graph`."""
+        for middleware in getattr(self, "_middleware", []):
+            if hasattr(middleware, "bind"):
+                middleware.bind(graph)
+        return graph

@@ -19,6 +19,7 @@ from guardrail.consistency.canonical import (
     canonical_bytes,
     canonical_result,
     canonicalize,
+    spelling,
 )
 from guardrail.consistency.decision import (
     NOT_RUN,
@@ -73,4 +74,5 @@ __all__ = [
     "modal_index",
     "pairwise_agreement",
     "read_epoch",
+    "spelling",
 ]

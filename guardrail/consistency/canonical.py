@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import posixpath
+import re
 import unicodedata
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ __all__ = [
     "canonical_bytes",
     "canonical_result",
     "canonicalize",
+    "spelling",
 ]
 
 # Floats with an integral value below this magnitude are written as integers: 1, 1.0 and 1e0
@@ -40,14 +43,49 @@ class CanonicalLimits:
 DEFAULT_LIMITS = CanonicalLimits()
 
 
+# A number a model may spell as text: optional sign, digits (grouped by commas in threes, or not), an optional
+# fraction, an optional exponent. A leading zero before more digits ("007", "02139") is an identifier, not a number.
+_NUMBER = re.compile(r"[+-]?(?:0|[1-9]\d{0,2}(?:,\d{3})+|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|[+-]?\.\d+(?:[eE][+-]?\d+)?")
+_MAX_NUMBER_CHARS = 64
+_SPACE_RUN = re.compile(r"[ \t\u00a0]+")
+
+
+def spelling(text: str) -> Any:
+    """One argument value as its meaning, not its spelling: what `canonical_args` compares.
+
+    - a number written as text is the number (``"1e3"``, ``"1000"``, ``"1,000.0"`` and ``1000``
+      agree; ``"007"`` and ``"1,5"`` stay text: an identifier and an ambiguous decimal);
+    - a single-token path is normalized (``"./a/../b"``, ``"b/"``, ``"b"`` agree; URLs are left alone);
+    - surrounding whitespace is dropped and runs of spaces inside one line become one (a multi-line
+      value keeps its lines, each without trailing spaces).
+    """
+    stripped = text.strip()
+    if len(stripped) <= _MAX_NUMBER_CHARS and _NUMBER.fullmatch(stripped):
+        number = float(stripped.replace(",", ""))
+        if math.isfinite(number):
+            plain = stripped.replace(",", "").lstrip("+")
+            if re.fullmatch(r"-?\d+", plain):
+                return int(plain)  # exact, however many digits
+            return _canonical_float(number)
+    if "\n" in stripped or "\r" in stripped:
+        lines = stripped.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        return "\n".join(line.rstrip() for line in lines)
+    collapsed = _SPACE_RUN.sub(" ", stripped)
+    if " " not in collapsed and "/" in collapsed and "://" not in collapsed:
+        normalized = posixpath.normpath(collapsed)
+        return normalized
+    return collapsed
+
+
 class _Walker:
     """One canonicalization pass; counts nodes and characters against the limits."""
 
-    __slots__ = ("limits", "nodes", "chars", "unordered")
+    __slots__ = ("limits", "nodes", "chars", "unordered", "spelled")
 
-    def __init__(self, unordered: frozenset[str], limits: CanonicalLimits) -> None:
+    def __init__(self, unordered: frozenset[str], limits: CanonicalLimits, spelled: bool = False) -> None:
         self.limits = limits
         self.unordered = unordered
+        self.spelled = spelled  # argument values: compare meanings (numbers as text, paths, spaces)
         self.nodes = 0
         self.chars = 0
 
@@ -71,7 +109,7 @@ class _Walker:
             raise CanonicalizationError(f"value is nested deeper than {self.limits.max_depth} levels at {path or '$'}")
         kind = type(value)
         if kind is str:
-            return self.text(value)
+            return spelling(self.text(value)) if self.spelled else self.text(value)
         if value is None or kind is bool or kind is int:
             return value
         if kind is float:
@@ -87,7 +125,7 @@ class _Walker:
         if isinstance(value, float):
             return _canonical_float(float(value))
         if isinstance(value, str):
-            return self.text(str(value))
+            return spelling(self.text(str(value))) if self.spelled else self.text(str(value))
         if isinstance(value, Mapping):
             return self.mapping(value, path, depth)
         if isinstance(value, list | tuple):
@@ -152,21 +190,22 @@ def _sort_key(item: Any) -> str:
 
 
 def canonicalize(value: Any, *, unordered: frozenset[str] = frozenset(),
-                 limits: CanonicalLimits = DEFAULT_LIMITS) -> Any:
+                 limits: CanonicalLimits = DEFAULT_LIMITS, spelled: bool = False) -> Any:
     """`value` as plain JSON data in canonical form.
 
     Strings are NFC-normalized, integral floats become integers, and lists at the paths in
-    `unordered` are sorted. A path names a field by its keys joined with ``.`` and a list's
+    `unordered` are sorted. With `spelled` (what `canonical_args` uses) string values are also
+    read for their meaning (`spelling`: numbers as text, path spellings, whitespace). A path names a field by its keys joined with ``.`` and a list's
     elements with ``[]``: ``"tags"``, ``"filters.ids"``, ``"rows[].labels"``; ``""`` is the
     value itself. Raises `CanonicalizationError` past `limits`.
     """
-    return _Walker(unordered, limits).walk(value, "", 0)
+    return _Walker(unordered, limits, spelled).walk(value, "", 0)
 
 
 def canonical_bytes(value: Any, *, unordered: frozenset[str] = frozenset(),
-                    limits: CanonicalLimits = DEFAULT_LIMITS) -> bytes:
+                    limits: CanonicalLimits = DEFAULT_LIMITS, spelled: bool = False) -> bytes:
     """The canonical form as UTF-8 JSON with sorted keys and no spaces: equal bytes mean equal values."""
-    data = canonicalize(value, unordered=unordered, limits=limits)
+    data = canonicalize(value, unordered=unordered, limits=limits, spelled=spelled)
     try:
         text = _ENCODER.encode(data)
     except ValueError as exc:  # e.g. an int with more digits than Python will print
@@ -176,12 +215,17 @@ def canonical_bytes(value: Any, *, unordered: frozenset[str] = frozenset(),
 
 def canonical_args(args: Any, *, unordered: frozenset[str] = frozenset(),
                    limits: CanonicalLimits = DEFAULT_LIMITS) -> bytes:
-    """Canonical bytes of a tool call's arguments; a JSON string is parsed first (models often emit one)."""
+    """Canonical bytes of a tool call's arguments: two spellings of one call give the same bytes.
+
+    A JSON string is parsed first (models often emit one); key order and JSON whitespace never
+    count; string values are compared by `spelling` (number formats, path spellings, whitespace,
+    Unicode normalization).
+    """
     if isinstance(args, str):
         parsed = _parse_json_text(args, limits)
         if parsed is not _NOT_JSON:
             args = parsed
-    return canonical_bytes(args, unordered=unordered, limits=limits)
+    return canonical_bytes(args, unordered=unordered, limits=limits, spelled=True)
 
 
 def canonical_result(result: Any, *, unordered: frozenset[str] = frozenset(),

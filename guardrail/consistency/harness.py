@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Mapping, Sequence
@@ -69,17 +70,21 @@ class DryRunHarness:
         return samples
 
     async def arun(self, calls: Sequence[ProposedCall]) -> list[PlanSample]:
-        """As `run`, awaiting tools that are coroutines."""
-        samples = []
-        for proposed in calls:
-            result, error = self._outcome(proposed)
-            if error is None and inspect.isawaitable(result):
-                try:
-                    result = await result
-                except Exception as exc:  # the tool's failure is what the sample observed
-                    result, error = None, f"{type(exc).__name__}: {exc}"
-            samples.append(self._sample(proposed, (result, error)))
-        return samples
+        """As `run`, with every candidate in flight at once: coroutine tools are awaited on the loop,
+        plain functions run in worker threads (a slow sandbox call never holds the event loop)."""
+        return list(await asyncio.gather(*(self._arun_one(proposed) for proposed in calls)))
+
+    async def _arun_one(self, proposed: ProposedCall) -> PlanSample:
+        if proposed.tool is None:
+            return self._sample(proposed, (None, None))
+        try:
+            result = await asyncio.to_thread(self.call, proposed.tool, proposed.args)
+            if inspect.isawaitable(result):  # a coroutine function: created in the thread, awaited here
+                result = await result
+            outcome: tuple[Any, str | None] = (result, None)
+        except Exception as exc:  # the tool's failure is what the sample observed
+            outcome = (None, f"{type(exc).__name__}: {exc}")
+        return self._sample(proposed, outcome)
 
     def _outcome(self, proposed: ProposedCall) -> tuple[Any, str | None]:
         if proposed.tool is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -49,6 +50,11 @@ class Guard:
 
     Tool arguments and results are put on spans only when ``capture_content=True``, and
     then redacted and capped.
+
+    The async hooks (``abefore_action``...) never run a layer's synchronous work on the event
+    loop: a layer that overrides an async twin is awaited there (it promised not to block),
+    and every run of consecutive sync-only layers goes to a worker thread in one hop, so gate
+    probes and monitor maths leave the loop free. ``offload=False`` runs them inline instead.
     """
 
     def __init__(
@@ -59,6 +65,7 @@ class Guard:
         fail_closed: bool = False,
         capture_content: bool = False,
         tracer: trace.Tracer | None = None,
+        offload: bool = True,
     ) -> None:
         if mode not in ("report", "intervene"):
             raise GuardError(f"mode must be 'report' or 'intervene', got {mode!r}")
@@ -70,6 +77,7 @@ class Guard:
         self.mode: Mode = mode
         self.fail_closed = fail_closed
         self.capture_content = capture_content
+        self.offload = offload
         # A tracer from the global API follows whatever provider is set later (it is a proxy until then).
         self._tracer = tracer or tm.get_tracer()
         self._contexts: dict[str, EpisodeContext] = {}
@@ -78,6 +86,10 @@ class Guard:
         self._by_hook: dict[str, list[Layer]] = {
             hook: [layer for layer in self.layers if layer.implements(hook)]
             for hook in ("before_action", "after_result", "on_step", "on_finish")
+        }
+        # The async path: each hook's layers cut into runs of (native async?, layers), in pipeline order.
+        self._async_runs: dict[str, list[tuple[bool, list[Layer]]]] = {
+            hook: _async_runs(layers, hook) for hook, layers in self._by_hook.items()
         }
 
     # ----------------------------------------------------------------- episodes
@@ -268,7 +280,14 @@ class Guard:
                   action: Action | None = None, result: Result | None = None) -> Decision:
         collected: list[Finding] = []
         scores: list[float] = []
-        for layer in self._by_hook[hook]:
+        self._run_layers(self._by_hook[hook], hook, ctx, args, action, result, collected, scores)
+        return self._conclude(hook, ctx, collected, scores)
+
+    def _run_layers(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
+                    action: Action | None, result: Result | None, collected: list[Finding],
+                    scores: list[float]) -> None:
+        """Run the sync hook of `layers` in order (in the caller's thread), adding to `collected` and `scores`."""
+        for layer in layers:
             span = self._start_span(hook, layer, ctx, action, result)
             error: BaseException | None = None
             with trace.use_span(span, end_on_exit=False):
@@ -278,22 +297,38 @@ class Guard:
                     error = exc
                     findings = [self._internal_error(layer, hook, exc, ctx)]
             self._settle(hook, layer, ctx, span, findings, error, collected, scores)
-        return self._conclude(hook, ctx, collected, scores)
+
+    def _run_layers_locked(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
+                           action: Action | None, result: Result | None, collected: list[Finding],
+                           scores: list[float]) -> None:
+        # On the loop, concurrent hooks of one episode (AutoGen runs a step's calls concurrently) never
+        # interleaved inside a sync layer; in worker threads the episode's lock keeps it that way.
+        with ctx.lock:
+            self._run_layers(layers, hook, ctx, args, action, result, collected, scores)
 
     async def _run_async(self, hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...], *,
                          action: Action | None = None, result: Result | None = None) -> Decision:
         collected: list[Finding] = []
         scores: list[float] = []
-        for layer in self._by_hook[hook]:
-            span = self._start_span(hook, layer, ctx, action, result)
-            error: BaseException | None = None
-            with trace.use_span(span, end_on_exit=False):
-                try:
-                    findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
-                except Exception as exc:  # fail-open, as in the sync path
-                    error = exc
-                    findings = [self._internal_error(layer, hook, exc, ctx)]
-            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
+        for native, layers in self._async_runs[hook]:
+            if not native:
+                if self.offload:
+                    # One hop for the whole run of sync layers; to_thread carries the context (the current span).
+                    await asyncio.to_thread(self._run_layers_locked, layers, hook, ctx, args, action, result,
+                                            collected, scores)
+                else:
+                    self._run_layers(layers, hook, ctx, args, action, result, collected, scores)
+                continue
+            for layer in layers:
+                span = self._start_span(hook, layer, ctx, action, result)
+                error: BaseException | None = None
+                with trace.use_span(span, end_on_exit=False):
+                    try:
+                        findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
+                    except Exception as exc:  # fail-open, as in the sync path
+                        error = exc
+                        findings = [self._internal_error(layer, hook, exc, ctx)]
+                self._settle(hook, layer, ctx, span, findings, error, collected, scores)
         return self._conclude(hook, ctx, collected, scores)
 
     def _settle(self, hook: Hook, layer: Layer, ctx: EpisodeContext, span: Span, findings: list[Finding],
@@ -331,3 +366,15 @@ class Guard:
         if all(f.severity is Severity.INFO for f in findings):
             return Verdict.ALLOW
         return Verdict.WARN
+
+
+def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[bool, list[Layer]]]:
+    """`layers` cut into maximal runs of the same kind: (True, ...) override the async twin, (False, ...) do not."""
+    runs: list[tuple[bool, list[Layer]]] = []
+    for layer in layers:
+        native = layer.has_async_hook(hook)
+        if runs and runs[-1][0] == native:
+            runs[-1][1].append(layer)
+        else:
+            runs.append((native, [layer]))
+    return runs

@@ -22,7 +22,9 @@ class Layer:
     Override any of the four hooks; each returns the findings it has (an empty list or None
     for none). A layer keeps no per-episode state on itself: `new_state` creates it and the
     hooks read it with ``ctx.state(self)``, so one layer instance serves many concurrent
-    episodes. Async twins default to the sync hook; override them when a layer awaits I/O.
+    episodes. Async twins default to the sync hook; override them when a layer awaits I/O (an
+    overridden twin must not block: the Guard awaits it on the event loop, and runs every
+    layer without one in a worker thread instead).
     """
 
     name: ClassVar[str] = "layer"
@@ -56,6 +58,13 @@ class Layer:
 
     async def aon_finish(self, ctx: EpisodeContext, episode: Episode) -> Iterable[Finding] | None:
         return self.on_finish(ctx, episode)
+
+    def has_async_hook(self, hook: str) -> bool:
+        """True when this layer overrides the async twin of `hook`: the Guard awaits it on the event loop.
+
+        A layer without one is run in a worker thread by the Guard's async path, never on the loop.
+        """
+        return getattr(type(self), "a" + hook, None) is not getattr(Layer, "a" + hook)
 
     def implements(self, hook: str) -> bool:
         """True when this layer overrides `hook` (so the Guard spends no span on no-op hooks)."""

@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from guardrail.consistency import (
     PlanSample,
     canonical_args,
     canonical_result,
+    canonicalize,
     pairwise_agreement,
 )
 from guardrail.consistency.harness import DryRunHarness, ProposedCall
@@ -83,18 +85,24 @@ class PlanSampler:
     """Stands in for the model: proposes N candidate calls per step against the sandbox's real entities.
 
     A healthy plan repeats one true call in varied surface forms (key order, 1 vs 1.0, JSON text
-    vs object, shuffled order-insensitive lists). A fabricated plan invents the identifier in each
-    candidate from a skewed pool of made-up values, so fabrications sometimes coincide as a
-    model's do. An ambiguous plan picks among several legitimate calls (a paraphrased query, one
-    of several fitting files): low argument agreement that is not hallucination.
+    vs object, shuffled order-insensitive lists); with `paraphrase_rate` a candidate also respells
+    its values as a real model does (numbers as text in other formats, path spellings, padded or
+    doubled spaces, decomposed Unicode, indented JSON). A fabricated plan invents the identifier in
+    each candidate from a skewed pool of made-up values, so fabrications sometimes coincide as a
+    model's do; with `coincident_rate` a candidate repeats the plan's first invention outright (a
+    model that fabricates consistently). An ambiguous plan picks among several legitimate calls (a
+    paraphrased query, one of several fitting files): low argument agreement that is not hallucination.
     """
 
     def __init__(self, sandbox: Sandbox, *, n_samples: int, fabricated_fraction: float,
-                 ambiguous_fraction: float, seed: int) -> None:
+                 ambiguous_fraction: float, seed: int, paraphrase_rate: float = 0.0,
+                 coincident_rate: float = 0.0) -> None:
         self.sandbox = sandbox
         self.n_samples = n_samples
         self.fabricated_fraction = fabricated_fraction
         self.ambiguous_fraction = ambiguous_fraction
+        self.paraphrase_rate = paraphrase_rate
+        self.coincident_rate = coincident_rate
         self.rng = random.Random(seed)
         self.tools = list(sandbox.tools)
         self.unordered = {schema.name: schema.unordered_args for schema in sandbox.schemas()}
@@ -112,6 +120,9 @@ class PlanSampler:
             if draw < self.fabricated_fraction:
                 kind = FABRICATED
                 arg_sets = self.rng.choices(self._invented[tool], weights=self._invented_weights, k=self.n_samples)
+                if self.coincident_rate > 0:  # no extra draws at 0: the figures match the sampler without it
+                    arg_sets = [arg_sets[0] if i and self.rng.random() < self.coincident_rate else args
+                                for i, args in enumerate(arg_sets)]
             elif draw < self.fabricated_fraction + self.ambiguous_fraction and ambiguous:
                 kind = AMBIGUOUS
                 arg_sets = [self.rng.choice(ambiguous) for _ in range(self.n_samples)]
@@ -181,16 +192,40 @@ class PlanSampler:
         keys = list(args)
         rng.shuffle(keys)
         spelled: dict[str, Any] = {}
+        paraphrase = self.paraphrase_rate > 0 and rng.random() < self.paraphrase_rate
         for key in keys:
             value = args[key]
             if isinstance(value, int) and not isinstance(value, bool) and rng.random() < 0.3:
                 value = float(value)
             if isinstance(value, list) and key in unordered:
                 value = rng.sample(value, len(value))
-            spelled[key] = value
+            spelled[key] = self._respell(value) if paraphrase else value
         if rng.random() < 0.2:
-            return json.dumps(spelled)  # models often emit the arguments as JSON text
+            return json.dumps(spelled, indent=2 if paraphrase else None)  # models often emit JSON text
         return spelled
+
+    def _respell(self, value: Any) -> Any:
+        """The same value as a model might write it another time (the meaning never changes)."""
+        rng = self.rng
+        if isinstance(value, bool) or value is None:
+            return value
+        if isinstance(value, int | float):
+            number = float(value)
+            forms = [f"{number:,.1f}", f"{number:e}", repr(number), f" {value} "]
+            if number.is_integer():
+                forms += [str(int(number)), f"{int(number):,}"]
+            return rng.choice(forms)
+        if isinstance(value, list):
+            return [self._respell(item) for item in value]
+        if not isinstance(value, str):
+            return value
+        text = unicodedata.normalize("NFD", value)  # decomposed accents: the same text to a reader
+        if "/" in text and " " not in text:
+            head, _, tail = text.rpartition("/")
+            return rng.choice([f"./{text}", f"{head}/x/../{tail}", f"{head}//{tail}", f"{text} "])
+        if " " in text:
+            return rng.choice([f"  {text}", text.replace(" ", "  "), f"{text}\t"])
+        return rng.choice([f" {text}", f"{text} ", text])
 
 
 def _share(numerator: int, denominator: int) -> float | None:
@@ -205,16 +240,33 @@ def _quantiles(values: list[float]) -> dict[str, Any]:
     return {"n": len(values), "median": statistics.median(ordered), "p10": pick(0.10), "p90": pick(0.90)}
 
 
+def typed_tools(tools: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """The sandbox tools behind a typed layer, as framework tools are (pydantic coerces what a model sends).
+
+    Each call's arguments are read for their meaning (`canonicalize(..., spelled=True)`: numbers
+    written as text, path spellings, whitespace, Unicode form) before the tool sees them, so a
+    respelled call returns what the plain one does and the result signal stays about the tool.
+    """
+    def typed(tool: Callable[..., Any]) -> Callable[..., Any]:
+        def call(**kwargs: Any) -> Any:
+            return tool(**canonicalize(kwargs, spelled=True))
+
+        return call
+
+    return {name: typed(tool) for name, tool in tools.items()}
+
+
 def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fabricated_fraction: float = 0.10,
                   ambiguous_fraction: float = 0.05, naive_threshold: float = 0.80, model_latency_s: float = 2.5,
                   write_interval_s: float = 0.0005, reload_interval_s: float = 0.001,
+                  paraphrase_rate: float = 0.0, coincident_rate: float = 0.0,
                   show_progress: bool = False) -> dict[str, Any]:
     """Run both scorers over the same sampled plans in one sandbox; return the figures."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
             root, seed=seed, write_interval_s=write_interval_s, reload_interval_s=reload_interval_s) as sandbox:
         registry = DeterminismRegistry(sandbox.schemas())
-        harness = DryRunHarness(sandbox.tools, epoch=sandbox.epoch)
+        harness = DryRunHarness(typed_tools(sandbox.tools), epoch=sandbox.epoch)
         probe_started = time.perf_counter()
         harness.probe(registry)
         probe_ms = (time.perf_counter() - probe_started) * 1e3
@@ -222,7 +274,8 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
         gate = ConsistencyGate(registry, GateThresholds(min_samples=min(5, n_samples)))
         naive = NaiveCombinedScorer(registry, naive_threshold, min_samples=min(5, n_samples))
         sampler = PlanSampler(sandbox, n_samples=n_samples, fabricated_fraction=fabricated_fraction,
-                              ambiguous_fraction=ambiguous_fraction, seed=seed)
+                              ambiguous_fraction=ambiguous_fraction, seed=seed, paraphrase_rate=paraphrase_rate,
+                              coincident_rate=coincident_rate)
 
         kinds: Counter[str] = Counter()
         naive_rejected: Counter[str] = Counter()
@@ -231,6 +284,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
         separated_fp_cause: Counter[str] = Counter()
         deferrals: Counter[str] = Counter()
         separated_missed: Counter[str] = Counter()
+        fabricated_accepted = 0  # fabricated plans the separated gate let run (accepted or deferred)
         out_of_scope = 0
         misdeclared_agreement: list[float] = []
         gate_us: list[float] = []
@@ -268,6 +322,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
                     separated_fp_cause[cause] += 1
             elif plan.kind == FABRICATED:
                 separated_missed[verdict.reason] += 1  # e.g. tool_not_verified: the price of the validity rule
+                fabricated_accepted += 1
             if verdict.decision is PlanDecision.DEFER:
                 deferrals["misdeclared_tool" if plan.tool in MISDECLARED else "other"] += 1
 
@@ -279,6 +334,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             "separated_fp_share": _share(separated_total - separated_rejected[FABRICATED], separated_total),
             "fabricated_recall_naive": _share(naive_rejected[FABRICATED], kinds[FABRICATED]),
             "fabricated_recall_separated": _share(separated_rejected[FABRICATED], kinds[FABRICATED]),
+            "fabricated_accepted_share": _share(fabricated_accepted, kinds[FABRICATED]),
             "misdeclared_found": found,
             "n_plans": n_plans,
             "added_us_per_sample": statistics.median(gate_us) if gate_us else None,
@@ -302,12 +358,34 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             "tool_status": registry.statuses(),
             "background_changes": {"index_writes": sandbox.writer.changes, "config_reloads": sandbox.reloader.changes,
                                    "directory_syncs": sandbox.directory_sync.changes},
-            "params": {"seed": seed, "fabricated_fraction": fabricated_fraction,
+            "params": {"seed": seed, "fabricated_fraction": fabricated_fraction, "paraphrase_rate": paraphrase_rate,
+                       "coincident_rate": coincident_rate,
                        "ambiguous_fraction": ambiguous_fraction, "naive_threshold": naive_threshold,
                        "model_latency_s": model_latency_s, "write_interval_s": write_interval_s,
                        "reload_interval_s": reload_interval_s, "thresholds": vars(gate.thresholds)},
             "wall_s": time.perf_counter() - started,
         }
+
+
+SWEEP_PARAPHRASE = (0.0, 0.25, 0.5, 0.75)
+SWEEP_COINCIDENT = (0.0, 0.25, 0.5)
+
+
+def run_sweep(*, paraphrase_rates: Sequence[float] = SWEEP_PARAPHRASE,
+              coincident_rates: Sequence[float] = SWEEP_COINCIDENT, n_plans: int = 1000,
+              show_progress: bool = False, **options: Any) -> list[dict[str, Any]]:
+    """The separated gate's figures at each (paraphrase rate, coincident-fabrication rate), same seed and sandbox."""
+    points = []
+    grid = [(p, c) for p in paraphrase_rates for c in coincident_rates]
+    for paraphrase, coincident in progress(grid, desc="sweep", enabled=show_progress):
+        figures = run_benchmark(n_plans=n_plans, paraphrase_rate=paraphrase, coincident_rate=coincident, **options)
+        points.append({"paraphrase_rate": paraphrase, "coincident_rate": coincident,
+                       "separated_fp_share": figures["separated_fp_share"],
+                       "fabricated_accepted_share": figures["fabricated_accepted_share"],
+                       "separated_rejections": figures["separated_rejections"],
+                       "separated_fp_by_cause": figures["separated_fp_by_cause"],
+                       "n_by_kind": figures["n_by_kind"]})
+    return points
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -322,6 +400,15 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds one candidate takes to sample, on the user cache's clock (TTL 60 s)")
     parser.add_argument("--write-interval-ms", type=float, default=0.5, help="search index writer period")
     parser.add_argument("--reload-interval-ms", type=float, default=1.0, help="config reloader period")
+    parser.add_argument("--paraphrase", type=float, default=0.0,
+                        help="share of candidates that respell their values (number formats, paths, spaces)")
+    parser.add_argument("--coincident", type=float, default=0.0,
+                        help="chance a fabricated candidate repeats the plan's first invention")
+    parser.add_argument("--sweep-paraphrase", type=float, nargs="*", default=list(SWEEP_PARAPHRASE),
+                        help="paraphrase rates of the sweep (none: no sweep)")
+    parser.add_argument("--sweep-coincident", type=float, nargs="*", default=list(SWEEP_COINCIDENT),
+                        help="coincident-fabrication rates of the sweep")
+    parser.add_argument("--sweep-plans", type=int, default=1000, help="plans per sweep point (default 1000)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
@@ -335,11 +422,24 @@ def _run(args: argparse.Namespace) -> int:
     if not (0.0 <= args.fabricated <= 1.0 and 0.0 <= args.ambiguous <= 1.0 - args.fabricated):
         sys.stderr.write("guardrail bench consistency: --fabricated and --ambiguous must be fractions summing to <= 1\n")
         return 2
+    rates = [args.paraphrase, args.coincident, *args.sweep_paraphrase, *args.sweep_coincident]
+    if not all(0.0 <= rate <= 1.0 for rate in rates) or args.sweep_plans < 1:
+        sys.stderr.write("guardrail bench consistency: paraphrase and coincident rates must be in [0, 1], "
+                         "--sweep-plans >= 1\n")
+        return 2
     figures = run_benchmark(n_plans=args.plans, n_samples=args.samples, seed=args.seed,
                             fabricated_fraction=args.fabricated, ambiguous_fraction=args.ambiguous,
                             naive_threshold=args.naive_threshold, model_latency_s=args.model_latency_s,
                             write_interval_s=args.write_interval_ms / 1e3,
-                            reload_interval_s=args.reload_interval_ms / 1e3, show_progress=not args.json)
+                            reload_interval_s=args.reload_interval_ms / 1e3, paraphrase_rate=args.paraphrase,
+                            coincident_rate=args.coincident, show_progress=not args.json)
+    sweep_options = {"n_samples": args.samples, "seed": args.seed, "fabricated_fraction": args.fabricated,
+                     "ambiguous_fraction": args.ambiguous, "naive_threshold": args.naive_threshold,
+                     "model_latency_s": args.model_latency_s, "write_interval_s": args.write_interval_ms / 1e3,
+                     "reload_interval_s": args.reload_interval_ms / 1e3}
+    figures["sweep"] = run_sweep(paraphrase_rates=args.sweep_paraphrase,
+                                 coincident_rates=args.sweep_coincident if args.sweep_paraphrase else [],
+                                 n_plans=args.sweep_plans, show_progress=not args.json, **sweep_options)
     if args.json:
         emit_json(figures)
         return 0
@@ -356,6 +456,12 @@ def _run(args: argparse.Namespace) -> int:
           f"truth: {figures['misdeclared_truth']})")
     print(f"plans: {figures['n_plans']} ({figures['n_by_kind']}, {figures['n_out_of_scope']} out of scope), "
           f"probe {figures['probe_ms']:.1f} ms, wall {figures['wall_s']:.1f} s")
+    print(f"fabricated plans that would run (separated gate): {figures['fabricated_accepted_share']}")
+    if figures["sweep"]:
+        print("\nsweep (separated gate; the sampler's paraphrases and coincident fabrications):")
+        print_table([{k: point[k] for k in ("paraphrase_rate", "coincident_rate", "separated_fp_share",
+                                            "fabricated_accepted_share", "separated_rejections")}
+                     for point in figures["sweep"]])
     return 0
 
 

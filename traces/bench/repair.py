@@ -37,6 +37,7 @@ from guardrail.core.guard import Guard
 from repair.breaker import CircuitBreaker
 from repair.repairer import Repairer, is_flag
 from repair.rungs import RUNGS, Rung
+from traces.bench.repair_inline import add_inline_arguments
 
 __all__ = ["BENCH", "RungRow", "mcnemar_exact", "run_bench"]
 
@@ -110,10 +111,11 @@ def _make_model(args: argparse.Namespace, policy: Any) -> Any:
     if args.endpoint:
         try:
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+            from pydantic import SecretStr
         except ModuleNotFoundError as exc:
             raise SystemExit("--endpoint needs langchain-openai: pip install langchain-openai") from exc
         return ChatOpenAI(base_url=args.endpoint, model=args.model, temperature=args.temperature,
-                          api_key=os.environ.get("OPENAI_API_KEY", "not-needed"))
+                          api_key=SecretStr(os.environ.get("OPENAI_API_KEY", "not-needed")))
     from traces.models import ScriptedChatModel
 
     return ScriptedChatModel(policy=policy)
@@ -269,12 +271,32 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature at --endpoint")
     parser.add_argument("--json", action="store_true", help="one JSON object per rung on stdout")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_inline_arguments(parser)
+
+
+def _run_inline(args: argparse.Namespace) -> int:
+    from traces.bench.repair_inline import run_inline
+
+    rows = run_inline(episodes=args.episodes, seed=args.seed, slip_rate=args.slip_rate)
+    note = ("inline repair (GuardMiddleware(repair=True), arun_autogen_team) on the scripted testbed policy: "
+            "recovered/broken are mechanism checks of the plumbing, not model behaviour (no p-values)")
+    if args.json:
+        for row in rows:
+            emit_json(row)
+        sys.stderr.write(note + "\n")
+        return 0
+    print_table(rows, ("framework", "checkpointer", "n", "recovered", "broken", "original_intact",
+                       "extra_model_calls"))
+    sys.stdout.write("\n" + note + "\n")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.episodes < 1 or args.repeats < 1:
         sys.stderr.write("guardrail bench repair: --episodes and --repeats must be at least 1\n")
         return 2
+    if args.inline:
+        return _run_inline(args)
     rows, summary = run_bench(args)
     notes = [MECHANISM_NOTE] + ([] if args.endpoint else [SCRIPTED_NOTE])
     if args.json:
