@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adapters.common import asafe_decision, malformed_call, safe_decision, with_problem
 from guardrail.consistency import (
     CanonicalizationError,
     DryRunHarness,
@@ -37,7 +38,7 @@ from guardrail.consistency import (
     SelfConsistencyLayer,
     modal_index,
 )
-from guardrail.core.events import Action, Decision
+from guardrail.core.events import Action, Decision, Finding
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
 
@@ -109,7 +110,8 @@ class StepSampler:
     def context(self) -> EpisodeContext:
         return self.episode if isinstance(self.episode, EpisodeContext) else self.episode()
 
-    def _prepare(self, samples: list[PlanSample], calls: Sequence[ProposedCall]) -> tuple[int, Action, str]:
+    def _prepare(self, samples: list[PlanSample],
+                 calls: Sequence[ProposedCall]) -> tuple[int, Action, str, Finding | None]:
         try:
             chosen = modal_index(samples, self.layer.gate.registry)
         except CanonicalizationError:
@@ -117,14 +119,18 @@ class StepSampler:
         proposed = calls[chosen]
         call_id = proposed.call_id or f"consistency-{id(samples)}"
         args = proposed.args
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                args = {"_unparsed_arguments": args}
-        if not isinstance(args, dict):
-            args = {"_arguments": args}
-        return chosen, Action.tool_call(proposed.tool or "", args, call_id=call_id), call_id
+        try:  # a malformed candidate call is a finding, never an exception out of the agent's model call
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError:
+                    args = {"_unparsed_arguments": args}
+            if not isinstance(args, dict):
+                args = {"_arguments": args}
+            return chosen, Action.tool_call(proposed.tool or "", args, call_id=call_id), call_id, None
+        except Exception as exc:  # noqa: BLE001
+            action, problem = malformed_call(proposed.tool or "", proposed.args, call_id, None, exc)
+            return chosen, action, action.call_id or call_id, problem
 
     def _finish(self, ctx: EpisodeContext, chosen: int, decision: Decision, before: int,
                 samples: list[PlanSample]) -> GatedStep:
@@ -148,24 +154,26 @@ class StepSampler:
             return GatedStep(0, None, None, [])
         ctx = self.context()
         samples = self.harness.run(calls)
-        chosen, action, call_id = self._prepare(samples, calls)
+        chosen, action, call_id, problem = self._prepare(samples, calls)
         if calls[chosen].tool is None:
             return GatedStep(chosen, None, None, samples)
         before = len(self.layer.verdicts(ctx))
         self.layer.stage(ctx, samples, call_id=call_id)
-        return self._finish(ctx, chosen, self.guard.before_action(ctx, action), before, samples)
+        decision = safe_decision("before_action", lambda: self.guard.before_action(ctx, action))
+        return self._finish(ctx, chosen, with_problem(decision, problem, self.guard, ctx), before, samples)
 
     async def agate(self, calls: Sequence[ProposedCall]) -> GatedStep:
         if all(call.tool is None for call in calls):
             return GatedStep(0, None, None, [])
         ctx = self.context()
         samples = await self.harness.arun(calls)
-        chosen, action, call_id = self._prepare(samples, calls)
+        chosen, action, call_id, problem = self._prepare(samples, calls)
         if calls[chosen].tool is None:
             return GatedStep(chosen, None, None, samples)
         before = len(self.layer.verdicts(ctx))
         self.layer.stage(ctx, samples, call_id=call_id)
-        return self._finish(ctx, chosen, await self.guard.abefore_action(ctx, action), before, samples)
+        decision = await asafe_decision("before_action", lambda: self.guard.abefore_action(ctx, action))
+        return self._finish(ctx, chosen, with_problem(decision, problem, self.guard, ctx), before, samples)
 
 
 def _blocked_text(step: GatedStep) -> str:

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from adapters.common import safe_decision
+from adapters.common import malformed_call, safe_decision, with_problem
 from adapters.steps import step_from_swe_agent
 from guardrail.core.events import Action, Decision, Episode, Result, Verdict
 from guardrail.core.guard import Guard
@@ -261,6 +261,12 @@ def audit_trajectory(trajectory: Trajectory, guard: Guard, workspace: str | os.P
 
 
 # --------------------------------------------------------------------------- live hook
+def _seconds(step: Any) -> float | None:
+    """A step's ``execution_time`` when it is a number (anything else is no measurement, not a crash)."""
+    value = getattr(step, "execution_time", None)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 class SweAgentGuardHook:
     """A SWE-agent agent hook (``agent.add_hook(...)``) with `AbstractAgentHook`'s method names.
 
@@ -317,13 +323,20 @@ class SweAgentGuardHook:
 
     def on_actions_generated(self, *, step: Any) -> None:
         command = getattr(step, "action", "") or ""
-        if not command.strip():
+        if isinstance(command, str) and not command.strip():
             return
         state = getattr(step, "state", None) or {}
         cwd = state.get("working_dir") if isinstance(state, Mapping) else None
         ctx = self.context
-        action = action_from_swe(command, cwd=cwd, call_id=f"step-{ctx.step_index}")
-        decision = self._record(safe_decision("before_action", lambda: self.guard.before_action(ctx, action)))
+        call_id = f"step-{ctx.step_index}"
+        try:  # a model's malformed action is a finding, never an exception out of the agent's hook
+            if not isinstance(command, str) or not (cwd is None or isinstance(cwd, str)):
+                raise TypeError("the action and the working directory must be strings")
+            action, problem = action_from_swe(command, cwd=cwd, call_id=call_id), None
+        except Exception as exc:  # noqa: BLE001
+            action, problem = malformed_call("bash", {"command": command, "cwd": cwd}, call_id, None, exc)
+        decision = self._record(with_problem(
+            safe_decision("before_action", lambda: self.guard.before_action(ctx, action)), problem, self.guard, ctx))
         if decision.blocked:
             raise self.blocked_error(decision.message() or "blocked by guardrail")
         self._pending[id(step)] = (action, decision)
@@ -334,7 +347,7 @@ class SweAgentGuardHook:
             return
         ctx = self.context
         observation = str(getattr(step, "observation", "") or "")
-        result = Result(output=observation, latency_s=getattr(step, "execution_time", None), call_id=action.call_id)
+        result = Result(output=observation, latency_s=_seconds(step), call_id=action.call_id)
         after = self._record(safe_decision("after_result", lambda: self.guard.after_result(ctx, action, result)))
         warnings = "\n".join(d.message() for d in (before, after) if d is not None and d.findings)
         if warnings and self.guard.mode == "report":
@@ -345,9 +358,9 @@ class SweAgentGuardHook:
         command = getattr(step, "action", "") or ""
         done = bool(getattr(step, "done", False))
         observation = str(getattr(step, "observation", "") or "")
-        step_out = step_from_swe_agent(ctx.step_index, action=command, thought=str(getattr(step, "thought", "") or ""),
-                                       observation=observation, done=done, task=ctx.task,
-                                       execution_time=getattr(step, "execution_time", None))
+        step_out = step_from_swe_agent(ctx.step_index, action=command if isinstance(command, str) else str(command),
+                                       thought=str(getattr(step, "thought", "") or ""), observation=observation,
+                                       done=done, task=ctx.task, execution_time=_seconds(step))
         self._record(safe_decision("on_step", lambda: self.guard.on_step(ctx, step_out)))
 
     def on_run_done(self, *, trajectory: Any, info: Any) -> None:
