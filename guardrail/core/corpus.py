@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +46,11 @@ __all__ = [
 CORPUS_FORMAT = "guardrail-corpus"
 CORPUS_VERSION = 1
 MANIFEST = "manifest.json"
+# Limits on what a corpus may make the reader do (a corpus can come from anywhere). The shared
+# corpora's largest file is 260 KB and their longest line 12 KB: these leave two orders of margin.
+MAX_FILE_BYTES = 64 * 1024 * 1024  # a manifest or an episode file larger than this is refused unread
+MAX_LINE_BYTES = 4 * 1024 * 1024  # a longer line is reported and skipped
+MAX_DEPTH = 64  # JSON nested deeper than this (arrays and objects) is reported, never parsed
 
 
 class CorpusError(Exception):
@@ -128,15 +134,87 @@ class Corpus:
         return dict(sorted(counts.items()))
 
 
+# --------------------------------------------------------------------------- confined, bounded reading
+class _Refused(Exception):
+    """A file the reader will not read; the message says why, in one line."""
+
+
+def _confined(root: Path, file: Any) -> Path:
+    """`file` (a manifest's relative path) inside the corpus directory, symlinks resolved; refused otherwise."""
+    if not isinstance(file, str) or not file or "\x00" in file:
+        raise _Refused(f"the file name must be a non-empty string, got {type(file).__name__}")
+    if os.path.isabs(file):
+        raise _Refused(f"{file!r} is an absolute path: outside the corpus directory")
+    base = root.resolve()
+    target = (base / file).resolve()
+    if not target.is_relative_to(base):
+        raise _Refused(f"{file!r} is outside the corpus directory")
+    return target
+
+
+def _has_deep_nesting(data: bytes, limit: int) -> bool:
+    """True when `data` (one JSON text) nests arrays/objects deeper than `limit` (brackets in strings ignored)."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # cannot be that deep: the common case costs two counts
+    import numpy as np  # already loaded by every caller that reads corpora; here only on suspicious lines
+
+    outside_strings = _JSON_STRING.sub(b"", data)
+    codes = np.frombuffer(outside_strings, dtype=np.uint8)
+    steps = (np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE).astype(np.int64))
+    return bool(steps.size) and int(np.cumsum(steps).max()) > limit
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_OPEN = (ord("["), ord("{"))
+_CLOSE = (ord("]"), ord("}"))
+
+
+def _parse(data: bytes) -> Any:
+    """One JSON text, refused (not parsed) when nested deeper than MAX_DEPTH."""
+    if _has_deep_nesting(data, MAX_DEPTH):
+        raise _Refused(f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(data)
+    except RecursionError as exc:  # belt and braces: the depth scan should have caught it
+        raise _Refused(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
+
+
+def _read_regular(path: Path, what: str) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; devices, FIFOs, sockets, directories are refused.
+
+    Opened non-blocking (a FIFO never waits for a writer) and checked on the open descriptor, so a
+    file swapped after the path check is still only read if it is a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _Refused(f"cannot read {what}: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused(f"{what} is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise _Refused(f"{what} is larger than {MAX_FILE_BYTES} bytes ({info.st_size})")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:  # it grew while we read
+            raise _Refused(f"{what} is larger than {MAX_FILE_BYTES} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
 # --------------------------------------------------------------------------- reading
 def _load_manifest(path: Path) -> Any:
     manifest_path = path / MANIFEST
     if not path.is_dir():
         raise CorpusError(f"{path}: not a directory; a corpus is a directory with a {MANIFEST}")
-    if not manifest_path.is_file():
+    if not manifest_path.exists() and not manifest_path.is_symlink():
         raise CorpusError(f"{path}: no {MANIFEST} here; is this a corpus directory?")
     try:
-        return json.loads(manifest_path.read_text(encoding="utf-8"))
+        return _parse(_read_regular(_confined(path, MANIFEST), MANIFEST))
+    except _Refused as exc:
+        raise CorpusError(f"{manifest_path}: {exc}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorpusError(f"{manifest_path}: not valid JSON ({exc})") from exc
 
@@ -186,7 +264,8 @@ def iter_corpus(
     sink = issues if issues is not None else []
     if isinstance(raw, list):
         for position, entry in enumerate(raw):
-            if only is not None and not (isinstance(entry, dict) and entry.get("episode_id") in only):
+            if only is not None and not (isinstance(entry, dict) and isinstance(entry.get("episode_id"), str)
+                                         and entry["episode_id"] in only):
                 continue
             episode = _read_sentinel_episode(root, entry, position, sink, verify)
             if episode is not None:
@@ -223,24 +302,29 @@ def _short(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _read_lines(root: Path, file: str, sink: list[CorpusIssue], expected_sha: str | None,
+def _read_lines(root: Path, file: Any, sink: list[CorpusIssue], expected_sha: str | None,
                 verify: bool) -> list[tuple[int, Any]] | None:
-    episode_path = root / file
+    name = file if isinstance(file, str) else repr(file)[:200]
     try:
-        data = episode_path.read_bytes()
-    except OSError as exc:
-        sink.append(CorpusIssue(file, None, f"cannot read episode file: {exc.strerror or exc}"))
+        data = _read_regular(_confined(root, file), "episode file")
+    except _Refused as exc:
+        sink.append(CorpusIssue(name, None, str(exc)))
         return None
     if verify and expected_sha and sha256_bytes(data) != expected_sha:
-        sink.append(CorpusIssue(file, None, "sha256 does not match the manifest: the file changed after it was written"))
+        sink.append(CorpusIssue(name, None, "sha256 does not match the manifest: the file changed after it was written"))
     parsed: list[tuple[int, Any]] = []
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_BYTES:
+            sink.append(CorpusIssue(name, lineno, f"line longer than {MAX_LINE_BYTES} bytes ({len(line)}): skipped"))
+            continue
         try:
-            parsed.append((lineno, json.loads(line)))
+            parsed.append((lineno, _parse(line)))
+        except _Refused as exc:
+            sink.append(CorpusIssue(name, lineno, f"{exc}: skipped"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            sink.append(CorpusIssue(file, lineno, f"not valid JSON: {exc}"))
+            sink.append(CorpusIssue(name, lineno, f"not valid JSON: {exc}"))
     return parsed
 
 
@@ -343,10 +427,33 @@ def step_from_sentinel(obj: dict[str, Any], index: int) -> Step:
     )
 
 
+# The sentinel manifest fields the importer uses, with the types it needs (the rest are kept as they are).
+_SENTINEL_TYPES: dict[str, tuple[type, ...]] = {
+    "episode_id": (str,), "file": (str,), "failure_class": (str, type(None)), "tau": (int, type(None)),
+    "T": (int, type(None)), "model": (str, type(None)), "framework": (str, type(None)),
+    "provenance": (dict, type(None)), "trace_sha256": (str, type(None)),
+}
+
+
+def _sentinel_entry_problem(entry: Any, position: int) -> str | None:
+    """Why a sentinel manifest entry cannot be imported (one line), or None."""
+    if not isinstance(entry, dict) or "episode_id" not in entry or "file" not in entry:
+        return f"entry {position} has no episode_id/file"
+    for key, types in _SENTINEL_TYPES.items():
+        value = entry.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"entry {position}: {key} must be {wanted}, got {type(value).__name__}"
+    if not entry["episode_id"]:
+        return f"entry {position}: episode_id is empty"
+    return None
+
+
 def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[CorpusIssue],
                            verify: bool) -> Episode | None:
-    if not isinstance(entry, dict) or "episode_id" not in entry or "file" not in entry:
-        sink.append(CorpusIssue(MANIFEST, None, f"entry {position} has no episode_id/file"))
+    problem = _sentinel_entry_problem(entry, position)
+    if problem is not None:
+        sink.append(CorpusIssue(MANIFEST, None, problem))
         return None
     lines = _read_lines(root, entry["file"], sink, entry.get("trace_sha256"), verify)
     if lines is None:
