@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +22,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from guardrail.core.events import HEALTHY, Episode, Step, StepKind, ToolEvent
-from guardrail.core.fileio import atomic_write_text, sha256_bytes
+from guardrail.core.fileio import (
+    UnsafeFile,
+    atomic_write_text,
+    json_nesting_exceeds,
+    read_regular,
+    sha256_bytes,
+)
 
 __all__ = [
     "CORPUS_FORMAT",
@@ -152,26 +157,9 @@ def _confined(root: Path, file: Any) -> Path:
     return target
 
 
-def _has_deep_nesting(data: bytes, limit: int) -> bool:
-    """True when `data` (one JSON text) nests arrays/objects deeper than `limit` (brackets in strings ignored)."""
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False  # cannot be that deep: the common case costs two counts
-    import numpy as np  # already loaded by every caller that reads corpora; here only on suspicious lines
-
-    outside_strings = _JSON_STRING.sub(b"", data)
-    codes = np.frombuffer(outside_strings, dtype=np.uint8)
-    steps = (np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE).astype(np.int64))
-    return bool(steps.size) and int(np.cumsum(steps).max()) > limit
-
-
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_OPEN = (ord("["), ord("{"))
-_CLOSE = (ord("]"), ord("}"))
-
-
 def _parse(data: bytes) -> Any:
     """One JSON text, refused (not parsed) when nested deeper than MAX_DEPTH."""
-    if _has_deep_nesting(data, MAX_DEPTH):
+    if json_nesting_exceeds(data, MAX_DEPTH):
         raise _Refused(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(data)
@@ -180,28 +168,10 @@ def _parse(data: bytes) -> Any:
 
 
 def _read_regular(path: Path, what: str) -> bytes:
-    """The bytes of a regular file of at most MAX_FILE_BYTES; devices, FIFOs, sockets, directories are refused.
-
-    Opened non-blocking (a FIFO never waits for a writer) and checked on the open descriptor, so a
-    file swapped after the path check is still only read if it is a regular file.
-    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise _Refused(f"cannot read {what}: {exc.strerror or exc}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _Refused(f"{what} is not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise _Refused(f"{what} is larger than {MAX_FILE_BYTES} bytes ({info.st_size})")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:  # it grew while we read
-            raise _Refused(f"{what} is larger than {MAX_FILE_BYTES} bytes")
-        return data
-    finally:
-        os.close(fd)
+        return read_regular(path, MAX_FILE_BYTES, what)
+    except UnsafeFile as exc:
+        raise _Refused(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- reading
