@@ -7,10 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from guardrail.core import corpus as corpus_module
-from guardrail.core.corpus import read_corpus
-from tests.fuzzing import FUZZ_EXAMPLES
+from guardrail.core.corpus import CorpusError, read_corpus
+from tests.fuzzing import FUZZ, FUZZ_EXAMPLES, json_values
 from tests.hostile.corpora import (
     OUTSIDE_SECRET,
     deep_line,
@@ -98,6 +100,7 @@ def test_a_line_over_the_line_cap_is_reported_and_the_other_lines_load(tmp_path,
     assert any(i.line == 2 and "longer than" in i.message for i in corpus.issues)
 
 
+@pytest.mark.fuzz  # ten times deeper under make fuzz
 @pytest.mark.parametrize("depth", [100_000, 2_000, 200])
 def test_a_line_nested_too_deep_is_reported_and_the_corpus_loads(tmp_path, depth):
     depth = depth * (10 if FUZZ_EXAMPLES > 200 else 1)
@@ -156,3 +159,23 @@ def test_nothing_is_read_from_the_fifo_or_device_even_with_a_writer_waiting(tmp_
     sentinel_corpus(root, [{"episode_id": "p", "file": "p.jsonl"}], {})
     pid = os.getpid()
     assert read_corpus(root).episodes == [] and os.getpid() == pid
+
+
+_ENTRY = st.dictionaries(st.sampled_from(["episode_id", "file", "failure_class", "tau", "T", "provenance", "model",
+                                          "trace_sha256", "other"]), json_values, max_size=6)
+
+
+@pytest.mark.fuzz
+@FUZZ
+@given(entries=st.lists(_ENTRY | json_values, max_size=5), lines=st.lists(json_values, max_size=4))
+def test_any_sentinel_manifest_reads_or_is_a_corpus_error(tmp_path_factory, entries, lines):
+    root = tmp_path_factory.mktemp("fuzz")
+    body = "\n".join(json.dumps(line, default=str) for line in lines)
+    entries = [{**e, "file": "ok.jsonl"} if isinstance(e, dict) and e.get("file") == "use" else e for e in entries]
+    sentinel_corpus(root, entries, {"ok.jsonl": body, "a": body})
+    with address_space_limit(MEMORY):
+        try:
+            corpus = read_corpus(root)
+        except CorpusError:
+            return
+    assert all("\n" not in i.message for i in corpus.issues)

@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from monitors.model_file import ModelFileError, load_monitor, save_monitor
 from tests.conftest import REPO
-from tests.fuzzing import FUZZ_EXAMPLES
+from tests.fuzzing import FUZZ, FUZZ_EXAMPLES
 from tests.hostile import model_files
 from tests.hostile.memlimit import address_space_limit
 from tests.hostile.model_files import HOSTILE_MODELS, fit_small_monitor, members_of
@@ -51,6 +53,7 @@ def test_each_hostile_file_is_one_model_file_error(hostile, case):
     assert "\n" not in message and len(message) < 600 and str(hostile[case]) in message
 
 
+@pytest.mark.fuzz  # larger bombs under make fuzz
 def test_peak_memory_stays_within_a_small_multiple_of_each_file(good, hostile):
     """In a child process under a 1 GiB address-space cap: every file refused, RSS growth bounded by its size."""
     order = sorted(hostile, key=lambda name: hostile[name].stat().st_size)
@@ -89,3 +92,20 @@ def test_an_esn_model_whose_settings_lie_about_its_size_is_refused(tmp_path):
     with pytest.raises(ModelFileError, match="n_units|ESN state") as caught, address_space_limit(GIB):
         load_monitor(esn_units_lie(members_of(good), tmp_path / "lie.npz"))
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.fuzz
+@FUZZ
+@given(flips=st.lists(st.tuples(st.floats(min_value=0, max_value=1, exclude_max=True), st.integers(1, 255)),
+                      min_size=1, max_size=4))
+def test_a_damaged_model_file_loads_or_is_a_model_file_error(good, tmp_path_factory, flips):
+    data = bytearray(good.read_bytes())
+    for where, mask in flips:
+        data[int(where * len(data))] ^= mask
+    path = tmp_path_factory.mktemp("flip") / "m.npz"
+    path.write_bytes(bytes(data))
+    with address_space_limit(GIB):
+        try:
+            load_monitor(path)
+        except ModelFileError as exc:
+            assert "\n" not in str(exc)
