@@ -37,7 +37,7 @@ from autogen_core import CancellationToken
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
 from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult, ToolSchema, Workbench
 
-from adapters.common import action_from_call, asafe_decision, log
+from adapters.common import asafe_decision, call_action, log, with_problem
 from adapters.steps import step_from_autogen_result
 from guardrail.core.events import Decision, Result, Verdict
 from guardrail.core.guard import Guard
@@ -218,8 +218,9 @@ class GuardedWorkbench(StaticWorkbench):
         guarded = self.guarded
         guard = guarded.guard
         ctx = guarded.context
-        action = action_from_call(name, dict(arguments or {}), call_id, cwd=guarded.cwd)
-        decision = guarded._record(await asafe_decision("before_action", lambda: guard.abefore_action(ctx, action)))
+        action, problem = call_action(name, arguments if arguments is not None else {}, call_id, cwd=guarded.cwd)
+        decision = guarded._record(with_problem(
+            await asafe_decision("before_action", lambda: guard.abefore_action(ctx, action)), problem, guard, ctx))
         if decision.blocked:
             message = decision.message() or "blocked by guardrail"
             await guarded.on_tool_result(call_id, name, Result(output=message, is_error=True, call_id=call_id))

@@ -47,10 +47,10 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from opentelemetry import context as otel_context
 
-from adapters.common import action_from_call, asafe_decision, safe_decision
+from adapters.common import asafe_decision, call_action, safe_decision, with_problem
 from adapters.langgraph_repair import AsyncLangGraphFork, LangGraphFork
 from adapters.steps import LATENCY_KEY, content_text, step_from_langchain
-from guardrail.core.events import Action, Decision, Result, Step, Verdict
+from guardrail.core.events import Action, Decision, Finding, Result, Step, Verdict
 from guardrail.core.guard import Guard, GuardError
 from guardrail.core.layer import EpisodeContext
 from repair.driver import CheckpointError
@@ -461,9 +461,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return response
 
     # ----------------------------------------------------------------- tool calls
-    def _action(self, request: ToolCallRequest) -> Action:
+    def _action(self, request: ToolCallRequest) -> tuple[Action, Finding | None]:
         call = request.tool_call
-        return action_from_call(call["name"], call.get("args"), call.get("id"), cwd=self.cwd)
+        return call_action(call.get("name"), call.get("args"), call.get("id"), cwd=self.cwd)
 
     def _config_of(self, request: ToolCallRequest) -> Any:
         return getattr(request.runtime, "config", None)
@@ -487,8 +487,10 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     ) -> Any:
         """Gate the call; if allowed run it and check what came back."""
         episode_id = self._episode(request.state, self._config_of(request))
-        action = self._action(request)
-        decision = self._notify(safe_decision("before_action", lambda: self.guard.before_action(episode_id, action)))
+        action, problem = self._action(request)
+        decision = self._notify(with_problem(
+            safe_decision("before_action", lambda: self.guard.before_action(episode_id, action)),
+            problem, self.guard, episode_id))
         if decision.blocked:
             return self._blocked_message(request, decision)
         started = time.perf_counter()
@@ -514,9 +516,10 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[Any]],
     ) -> Any:
         episode_id = self._episode(request.state, self._config_of(request))
-        action = self._action(request)
-        decision = self._notify(
-            await asafe_decision("before_action", lambda: self.guard.abefore_action(episode_id, action)))
+        action, problem = self._action(request)
+        decision = self._notify(with_problem(
+            await asafe_decision("before_action", lambda: self.guard.abefore_action(episode_id, action)),
+            problem, self.guard, episode_id))
         if decision.blocked:
             return self._blocked_message(request, decision)
         started = time.perf_counter()

@@ -28,8 +28,10 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from adapters.common import asafe_decision, malformed_call, safe_decision, with_problem
 from adapters.steps import content_text
 from guardrail.consistency import (
     CanonicalizationError,
@@ -41,7 +43,7 @@ from guardrail.consistency import (
     SelfConsistencyLayer,
     canonical_args,
 )
-from guardrail.core.events import Action, Decision
+from guardrail.core.events import Action, Decision, Finding
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
 
@@ -175,27 +177,34 @@ class StepSampler:
         modal, _ = Counter(keys).most_common(1)[0]
         return keys.index(modal)
 
-    def _action(self, proposed: ProposedCall, fallback_id: str) -> Action:
-        args = proposed.args
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                args = {"_unparsed_arguments": args}
-        if not isinstance(args, dict):
-            args = {"_arguments": args}
-        return Action.tool_call(proposed.tool or "", args, call_id=proposed.call_id or fallback_id)
+    def _action(self, proposed: ProposedCall, fallback_id: str) -> tuple[Action, Finding | None]:
+        """The modal call as an `Action`; a malformed one is a stand-in plus a finding, never an exception."""
+        call_id = proposed.call_id or fallback_id
+        try:
+            args = proposed.args
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError:
+                    args = {"_unparsed_arguments": args}
+            if not isinstance(args, dict):
+                args = {"_arguments": args}
+            return Action.tool_call(proposed.tool or "", args, call_id=call_id), None
+        except Exception as exc:  # noqa: BLE001 - whatever the model sampled, the agent goes on
+            action, problem = malformed_call(proposed.tool or "", proposed.args, call_id, None, exc)
+            return action, problem
 
     def _plan(self, candidates: Sequence[Candidate]) -> tuple[int, list[list[ProposedCall]]]:
         chosen = self.modal_candidate(candidates)
         return chosen, aligned_batches(candidates, chosen)
 
     def _staged(self, ctx: EpisodeContext, position: int, proposed: ProposedCall,
-                samples: list[PlanSample]) -> tuple[Action, str, int]:
+                samples: list[PlanSample]) -> tuple[Action, Finding | None, str, int]:
         call_id = proposed.call_id or f"consistency-{id(samples)}-{position}"
         before = len(self.layer.verdicts(ctx))
         self.layer.stage(ctx, samples, call_id=call_id)
-        return self._action(proposed, call_id), call_id, before
+        action, problem = self._action(proposed, call_id)
+        return action, problem, call_id, before
 
     def _gated_call(self, ctx: EpisodeContext, position: int, call_id: str, decision: Decision, before: int,
                     samples: list[PlanSample]) -> GatedCall:
@@ -229,8 +238,9 @@ class StepSampler:
         calls = []
         for position, batch in enumerate(batches):
             samples = self.harness.run(batch)
-            action, call_id, before = self._staged(ctx, position, batch[chosen], samples)
-            decision = self.guard.before_action(ctx, action)
+            action, problem, call_id, before = self._staged(ctx, position, batch[chosen], samples)
+            decision = with_problem(safe_decision("before_action", partial(self.guard.before_action, ctx, action)),
+                                    problem, self.guard, ctx)
             calls.append(self._gated_call(ctx, position, call_id, decision, before, samples))
         return self._finish(chosen, calls)
 
@@ -243,8 +253,10 @@ class StepSampler:
         all_samples = await asyncio.gather(*(self.harness.arun(batch) for batch in batches))
         calls = []
         for position, (batch, samples) in enumerate(zip(batches, all_samples, strict=True)):
-            action, call_id, before = self._staged(ctx, position, batch[chosen], samples)
-            decision = await self.guard.abefore_action(ctx, action)
+            action, problem, call_id, before = self._staged(ctx, position, batch[chosen], samples)
+            decision = with_problem(
+                await asafe_decision("before_action", partial(self.guard.abefore_action, ctx, action)),
+                problem, self.guard, ctx)
             calls.append(self._gated_call(ctx, position, call_id, decision, before, samples))
         return self._finish(chosen, calls)
 

@@ -36,7 +36,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from adapters.common import action_from_call, safe_decision
+from adapters.common import call_action, safe_decision, with_problem
 from adapters.steps import build_step, tool_event
 from guardrail.core import spans as tm
 from guardrail.core.events import Decision, Result, Step, StepKind, ToolEvent, Verdict
@@ -72,7 +72,7 @@ def _json(value: Any) -> Any:
         return None
     try:
         return json.loads(value)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # junk, or nested past the parser's limit: no arguments to read
         return None
 
 
@@ -260,10 +260,13 @@ class GuardSpanProcessor(SpanProcessor):
         output = attributes.get(tm.GEN_AI_TOOL_CALL_RESULT)
         failed = span.status.status_code is StatusCode.ERROR or ERROR_TYPE in attributes
         text = output if isinstance(output, str) else (span.status.description or "" if failed else "")
-        action = action_from_call(name, args if isinstance(args, dict) else {}, call_id)
-        result = Result(output=text[:MAX_ATTRIBUTE_CHARS], is_error=failed, call_id=call_id, latency_s=_seconds(span))
+        action, problem = call_action(name, args if isinstance(args, dict) else {}, call_id)
+        result = Result(output=text[:MAX_ATTRIBUTE_CHARS], is_error=failed, call_id=action.call_id,
+                        latency_s=_seconds(span))
         ctx = state.ctx
-        for decision in (safe_decision("before_action", lambda: self.guard.before_action(ctx, action)),
+        before = with_problem(safe_decision("before_action", lambda: self.guard.before_action(ctx, action)),
+                              problem, self.guard, ctx)
+        for decision in (before,
                          safe_decision("after_result", lambda: self.guard.after_result(ctx, action, result))):
             if decision.verdict is not Verdict.ALLOW:
                 state.decisions.append(decision)

@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from adapters.common import safe_decision
+from adapters.common import malformed_call, safe_decision, with_problem
 from adapters.replay import EditReplayer, WorkspaceCopy
 from adapters.steps import (
     content_text,
@@ -501,6 +501,12 @@ def audit_trajectory(trajectory: Trajectory, guard: Guard, workspace: str | os.P
 _NO_FILE = ("", "n/a", "None")
 
 
+def _seconds(step: Any) -> float | None:
+    """A step's ``execution_time`` when it is a number (anything else is no measurement, not a crash)."""
+    value = getattr(step, "execution_time", None)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 class SweAgentGuardHook:
     """A SWE-agent agent hook (``agent.add_hook(...)``) with `AbstractAgentHook`'s method names.
 
@@ -590,24 +596,31 @@ class SweAgentGuardHook:
 
     def on_actions_generated(self, *, step: Any) -> None:
         command = getattr(step, "action", "") or ""
-        if not isinstance(command, str) or not command.strip():
+        if isinstance(command, str) and not command.strip():
             return
         ctx = self.context
+        call_id = f"step-{ctx.step_index}"
         state = self._known_state(step)
-        working_dir = state.get("working_dir")
-        cwd = self._local(working_dir) if isinstance(working_dir, str) and working_dir.startswith("/") else None
-        open_file = state.get("open_file")
-        if isinstance(open_file, str) and open_file not in _NO_FILE:
-            try:
-                _set_open_file(self.guard, ctx, self._local(open_file) or open_file)
-            except Exception:  # noqa: BLE001 - fail-open: the gate then asks the observation's [File: ...] header
-                pass
-        if self.sandbox_root is not None and self._workspace is not None:
-            command = _map_text(command, self.sandbox_root, Path(self._workspace))
-        action = action_from_swe(command, cwd=cwd, call_id=f"step-{ctx.step_index}", commands=self.commands)
+        working_dir = state.get("working_dir") if isinstance(state.get("working_dir"), str) else None
+        try:  # a model's malformed action is a finding, never an exception out of the agent's hook
+            if not isinstance(command, str):
+                raise TypeError("the action must be a string")
+            cwd = self._local(working_dir) if working_dir and working_dir.startswith("/") else None
+            open_file = state.get("open_file")
+            if isinstance(open_file, str) and open_file not in _NO_FILE:
+                try:
+                    _set_open_file(self.guard, ctx, self._local(open_file) or open_file)
+                except Exception:  # noqa: BLE001 - fail-open: the gate then asks the observation's [File: ...] header
+                    pass
+            if self.sandbox_root is not None and self._workspace is not None:
+                command = _map_text(command, self.sandbox_root, Path(self._workspace))
+            action, problem = action_from_swe(command, cwd=cwd, call_id=call_id, commands=self.commands), None
+        except Exception as exc:  # noqa: BLE001
+            action, problem = malformed_call("bash", {"command": command, "cwd": working_dir}, call_id, None, exc)
         # The step records the directory its action was chosen in, as the trajectory's state-before does.
-        self._cwds[id(step)] = working_dir if isinstance(working_dir, str) else None
-        decision = self._record(safe_decision("before_action", lambda: self.guard.before_action(ctx, action)))
+        self._cwds[id(step)] = working_dir
+        decision = self._record(with_problem(
+            safe_decision("before_action", lambda: self.guard.before_action(ctx, action)), problem, self.guard, ctx))
         if decision.blocked:
             raise self.blocked_error(decision.message() or "blocked by guardrail")
         self._pending[id(step)] = (action, decision)
@@ -618,7 +631,7 @@ class SweAgentGuardHook:
             return
         ctx = self.context
         observation = str(getattr(step, "observation", "") or "")
-        result = Result(output=observation, latency_s=getattr(step, "execution_time", None), call_id=action.call_id)
+        result = Result(output=observation, latency_s=_seconds(step), call_id=action.call_id)
         after = self._record(safe_decision("after_result", lambda: self.guard.after_result(ctx, action, result)))
         warnings = "\n".join(d.message() for d in (before, after) if d is not None and d.findings)
         if warnings and self.guard.mode == "report":
@@ -632,9 +645,9 @@ class SweAgentGuardHook:
         command = getattr(step, "action", "") or ""
         done = bool(getattr(step, "done", False))
         observation = str(getattr(step, "observation", "") or "")
-        step_out = step_from_swe_agent(ctx.step_index, action=command, thought=str(getattr(step, "thought", "") or ""),
-                                       observation=observation, done=done, task=ctx.task,
-                                       execution_time=getattr(step, "execution_time", None),
+        step_out = step_from_swe_agent(ctx.step_index, action=command if isinstance(command, str) else str(command),
+                                       thought=str(getattr(step, "thought", "") or ""), observation=observation,
+                                       done=done, task=ctx.task, execution_time=_seconds(step),
                                        cwd=self._cwds.pop(id(step), None))
         self._record(safe_decision("on_step", lambda: self.guard.on_step(ctx, step_out)))
 

@@ -213,6 +213,14 @@ class EsnCusum:
     def set_state(self, state: dict[str, np.ndarray], slices: dict[str, slice]) -> None:
         self.channels_ = list(slices)
         self._set_layout(slices, int(state["w_in"].shape[1]))
+        # The settings size what _build_step_map allocates: they must match the arrays (a model file can lie).
+        rn = self.n_reservoirs_ * self.n_units
+        expected = {"w": (self.n_reservoirs_, self.n_units, self.n_units), "w_in": (rn, self.dim_),
+                    "readout": (self.out_dim_, rn + self.dim_ + 1), "inv_sigma": (self.out_dim_,),
+                    "q_center": (len(self.channels_),), "q_scale": (len(self.channels_),)}
+        for key, shape in expected.items():
+            if state[key].shape != shape:
+                raise ValueError(f"ESN state {key!r} has shape {state[key].shape}, its settings make {shape}")
         self.w_, self.w_in_, self.readout_ = state["w"], state["w_in"], state["readout"]
         self.inv_sigma_, self.q_center_, self.q_scale_ = state["inv_sigma"], state["q_center"], state["q_scale"]
         self._build_step_map()

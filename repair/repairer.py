@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
 from guardrail.core import spans as tm
 from guardrail.core.events import Action, Finding, Result, Severity, Step
@@ -212,9 +212,8 @@ class RepairSession:
         span.set_attribute(REPAIR_OUTCOME, attempt.outcome)
         if attempt.checkpoint_id:
             span.set_attribute(REPAIR_CHECKPOINT_ID, attempt.checkpoint_id)
-        if exc is not None:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+        if exc is not None:  # a fork's exception can quote tool output: its text only with capture on
+            tm.record_error(span, exc, capture_content=self.repairer.guard.capture_content)
         span.end()
         self._record(attempt)
 

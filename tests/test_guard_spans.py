@@ -85,7 +85,7 @@ def test_arguments_and_results_stay_off_spans_unless_opted_in(spans):
     guard = Guard([Gate(), Broken()], capture_content=True)
     ep = guard.start_episode()
     ep.before_action(action)
-    ep.after_result(action, Result(output="token=supersecretvalue " + "x" * 5000))
+    ep.after_result(action, Result(output="token=supersecretvalue\n" + "x" * 5000))
     attrs = {s.name: s.attributes for s in spans.get_finished_spans()}
     captured = attrs["guardrail.gate"][tm.GEN_AI_TOOL_CALL_ARGUMENTS]
     assert "a.csv" in captured and "sk-abc" not in captured and "[REDACTED]" in captured

@@ -107,6 +107,15 @@ def _row(corpus: str, episode: Episode, model: Any, verify: Any) -> EpisodeRow:
 
 
 # --------------------------------------------------------------------------- plots
+def plain_text(text: str) -> str:
+    """`text` as matplotlib draws it literally: every ``$`` escaped, so nothing reaches its mathtext parser.
+
+    Episode ids, labels and corpus names come from corpora anyone can write; one ``$\\frac{$`` used
+    to abort the whole report.
+    """
+    return text.replace("$", r"\$")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:80] or "x"
 
@@ -145,12 +154,13 @@ def plot_streams(data: ReportData, out: Path) -> list[tuple[str, str]]:
                 axis.axvline(row.tau, color="#ff7f0e", linewidth=1.5, label="onset")
             if row.alarm_step is not None:
                 axis.plot([row.alarm_step], [row.scores[row.alarm_step]], marker="x", color="#d62728", markersize=9)
-            axis.set_title(f"{row.episode_id[:28]} ({row.label})", fontsize=8)
+            axis.set_title(plain_text(f"{row.episode_id[:28]} ({row.label})"), fontsize=8)
             axis.tick_params(labelsize=7)
             axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         for axis in list(axes.flat)[len(chosen):]:
             axis.axis("off")
-        figure.suptitle(f"{corpus}: step scores (dashed: threshold, orange: onset, x: alarm)", fontsize=10)
+        figure.suptitle(plain_text(f"{corpus}: step scores (dashed: threshold, orange: onset, x: alarm)"),
+                        fontsize=10)
         figure.tight_layout()
         name = f"streams_{_slug(corpus)}.png"
         _save(figure, out / name)
@@ -178,8 +188,9 @@ def plot_detection(data: ReportData, out: Path) -> str | None:
     figure, axis = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.5))
     for offset, corpus in enumerate(corpora):
         axis.bar(positions + offset * width, [rate.get((corpus, label), 0.0) for label in labels], width,
-                 label=corpus)
-    axis.set_xticks(positions + width * (len(corpora) - 1) / 2, labels, rotation=30, ha="right", fontsize=8)
+                 label=plain_text(corpus))
+    axis.set_xticks(positions + width * (len(corpora) - 1) / 2, [plain_text(label) for label in labels],
+                    rotation=30, ha="right", fontsize=8)
     axis.set_ylim(0, 1)
     axis.set_ylabel("alarm rate (healthy: false alarms)")
     axis.legend(fontsize=7)

@@ -22,7 +22,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from guardrail.core.events import HEALTHY, Episode, Step, StepKind, ToolEvent
-from guardrail.core.fileio import atomic_write_text, sha256_bytes
+from guardrail.core.fileio import (
+    UnsafeFile,
+    atomic_write_text,
+    json_nesting_exceeds,
+    read_regular,
+    sha256_bytes,
+)
 
 __all__ = [
     "CORPUS_FORMAT",
@@ -45,6 +51,11 @@ __all__ = [
 CORPUS_FORMAT = "guardrail-corpus"
 CORPUS_VERSION = 1
 MANIFEST = "manifest.json"
+# Limits on what a corpus may make the reader do (a corpus can come from anywhere). The shared
+# corpora's largest file is 260 KB and their longest line 12 KB: these leave two orders of margin.
+MAX_FILE_BYTES = 64 * 1024 * 1024  # a manifest or an episode file larger than this is refused unread
+MAX_LINE_BYTES = 4 * 1024 * 1024  # a longer line is reported and skipped
+MAX_DEPTH = 64  # JSON nested deeper than this (arrays and objects) is reported, never parsed
 
 
 class CorpusError(Exception):
@@ -128,15 +139,52 @@ class Corpus:
         return dict(sorted(counts.items()))
 
 
+# --------------------------------------------------------------------------- confined, bounded reading
+class _Refused(Exception):
+    """A file the reader will not read; the message says why, in one line."""
+
+
+def _confined(root: Path, file: Any) -> Path:
+    """`file` (a manifest's relative path) inside the corpus directory, symlinks resolved; refused otherwise."""
+    if not isinstance(file, str) or not file or "\x00" in file:
+        raise _Refused(f"the file name must be a non-empty string, got {type(file).__name__}")
+    if os.path.isabs(file):
+        raise _Refused(f"{file!r} is an absolute path: outside the corpus directory")
+    base = root.resolve()
+    target = (base / file).resolve()
+    if not target.is_relative_to(base):
+        raise _Refused(f"{file!r} is outside the corpus directory")
+    return target
+
+
+def _parse(data: bytes) -> Any:
+    """One JSON text, refused (not parsed) when nested deeper than MAX_DEPTH."""
+    if json_nesting_exceeds(data, MAX_DEPTH):
+        raise _Refused(f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(data)
+    except RecursionError as exc:  # belt and braces: the depth scan should have caught it
+        raise _Refused(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
+
+
+def _read_regular(path: Path, what: str) -> bytes:
+    try:
+        return read_regular(path, MAX_FILE_BYTES, what)
+    except UnsafeFile as exc:
+        raise _Refused(str(exc)) from exc
+
+
 # --------------------------------------------------------------------------- reading
 def _load_manifest(path: Path) -> Any:
     manifest_path = path / MANIFEST
     if not path.is_dir():
         raise CorpusError(f"{path}: not a directory; a corpus is a directory with a {MANIFEST}")
-    if not manifest_path.is_file():
+    if not manifest_path.exists() and not manifest_path.is_symlink():
         raise CorpusError(f"{path}: no {MANIFEST} here; is this a corpus directory?")
     try:
-        return json.loads(manifest_path.read_text(encoding="utf-8"))
+        return _parse(_read_regular(_confined(path, MANIFEST), MANIFEST))
+    except _Refused as exc:
+        raise CorpusError(f"{manifest_path}: {exc}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorpusError(f"{manifest_path}: not valid JSON ({exc})") from exc
 
@@ -186,7 +234,8 @@ def iter_corpus(
     sink = issues if issues is not None else []
     if isinstance(raw, list):
         for position, entry in enumerate(raw):
-            if only is not None and not (isinstance(entry, dict) and entry.get("episode_id") in only):
+            if only is not None and not (isinstance(entry, dict) and isinstance(entry.get("episode_id"), str)
+                                         and entry["episode_id"] in only):
                 continue
             episode = _read_sentinel_episode(root, entry, position, sink, verify)
             if episode is not None:
@@ -223,24 +272,29 @@ def _short(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _read_lines(root: Path, file: str, sink: list[CorpusIssue], expected_sha: str | None,
+def _read_lines(root: Path, file: Any, sink: list[CorpusIssue], expected_sha: str | None,
                 verify: bool) -> list[tuple[int, Any]] | None:
-    episode_path = root / file
+    name = file if isinstance(file, str) else repr(file)[:200]
     try:
-        data = episode_path.read_bytes()
-    except OSError as exc:
-        sink.append(CorpusIssue(file, None, f"cannot read episode file: {exc.strerror or exc}"))
+        data = _read_regular(_confined(root, file), "episode file")
+    except _Refused as exc:
+        sink.append(CorpusIssue(name, None, str(exc)))
         return None
     if verify and expected_sha and sha256_bytes(data) != expected_sha:
-        sink.append(CorpusIssue(file, None, "sha256 does not match the manifest: the file changed after it was written"))
+        sink.append(CorpusIssue(name, None, "sha256 does not match the manifest: the file changed after it was written"))
     parsed: list[tuple[int, Any]] = []
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_BYTES:
+            sink.append(CorpusIssue(name, lineno, f"line longer than {MAX_LINE_BYTES} bytes ({len(line)}): skipped"))
+            continue
         try:
-            parsed.append((lineno, json.loads(line)))
+            parsed.append((lineno, _parse(line)))
+        except _Refused as exc:
+            sink.append(CorpusIssue(name, lineno, f"{exc}: skipped"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            sink.append(CorpusIssue(file, lineno, f"not valid JSON: {exc}"))
+            sink.append(CorpusIssue(name, lineno, f"not valid JSON: {exc}"))
     return parsed
 
 
@@ -343,10 +397,33 @@ def step_from_sentinel(obj: dict[str, Any], index: int) -> Step:
     )
 
 
+# The sentinel manifest fields the importer uses, with the types it needs (the rest are kept as they are).
+_SENTINEL_TYPES: dict[str, tuple[type, ...]] = {
+    "episode_id": (str,), "file": (str,), "failure_class": (str, type(None)), "tau": (int, type(None)),
+    "T": (int, type(None)), "model": (str, type(None)), "framework": (str, type(None)),
+    "provenance": (dict, type(None)), "trace_sha256": (str, type(None)),
+}
+
+
+def _sentinel_entry_problem(entry: Any, position: int) -> str | None:
+    """Why a sentinel manifest entry cannot be imported (one line), or None."""
+    if not isinstance(entry, dict) or "episode_id" not in entry or "file" not in entry:
+        return f"entry {position} has no episode_id/file"
+    for key, types in _SENTINEL_TYPES.items():
+        value = entry.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"entry {position}: {key} must be {wanted}, got {type(value).__name__}"
+    if not entry["episode_id"]:
+        return f"entry {position}: episode_id is empty"
+    return None
+
+
 def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[CorpusIssue],
                            verify: bool) -> Episode | None:
-    if not isinstance(entry, dict) or "episode_id" not in entry or "file" not in entry:
-        sink.append(CorpusIssue(MANIFEST, None, f"entry {position} has no episode_id/file"))
+    problem = _sentinel_entry_problem(entry, position)
+    if problem is not None:
+        sink.append(CorpusIssue(MANIFEST, None, problem))
         return None
     lines = _read_lines(root, entry["file"], sink, entry.get("trace_sha256"), verify)
     if lines is None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
 from guardrail.core import spans as tm
 from guardrail.core.events import (
@@ -48,8 +48,9 @@ class Guard:
     raises becomes an ``internal_error`` finding and the pipeline goes on (fail-open); with
     ``fail_closed=True`` such an error blocks instead.
 
-    Tool arguments and results are put on spans only when ``capture_content=True``, and
-    then redacted and capped.
+    Tool arguments and results, finding messages and exception messages are put on spans
+    only when ``capture_content=True``, and then redacted and capped; without it a span says
+    which checks fired and the exception type, never what the agent sent or got back.
 
     The async hooks (``abefore_action``...) never run a layer's synchronous work on the event
     loop: a layer that overrides an async twin is awaited there (it promised not to block),
@@ -197,16 +198,30 @@ class Guard:
         with self._contexts_lock:
             self._contexts.pop(ctx.episode_id, None)
 
-    def _start_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
-                    result: Result | None) -> Span:
+    def _content(self, action: Action | None, result: Result | None) -> tuple[str | None, str | None]:
+        """The redacted arguments and result for this hook's spans (None, None without capture_content),
+        computed once per hook call rather than once per layer."""
+        if not self.capture_content:
+            return None, None
         try:
-            return self._open_span(hook, layer, ctx, action, result)
+            arguments = None
+            if action is not None:
+                arguments = tm.redact(action.args if action.args else (action.command or action.code or ""))
+            return arguments, None if result is None else tm.redact(result.output)
+        except Exception:  # telemetry is never a reason to fail the agent; no content rather than raw content
+            _log.exception("guardrail: redacting span content failed; the spans carry none")
+            return None, None
+
+    def _start_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
+                    content: tuple[str | None, str | None]) -> Span:
+        try:
+            return self._open_span(hook, layer, ctx, action, content)
         except Exception:  # telemetry is never a reason to fail the agent
             _log.exception("guardrail: starting a span failed; running the layer without one")
             return trace.INVALID_SPAN
 
     def _open_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
-                   result: Result | None) -> Span:
+                   content: tuple[str | None, str | None]) -> Span:
         span = self._tracer.start_span(f"guardrail.{layer.name}")
         if span.is_recording():
             span.set_attribute(tm.GUARDRAIL_LAYER, layer.name)
@@ -219,13 +234,12 @@ class Guard:
                 span.set_attribute(tm.GEN_AI_TOOL_NAME, action.tool or action.kind.value)
                 if action.call_id:
                     span.set_attribute(tm.GEN_AI_TOOL_CALL_ID, action.call_id)
-                if self.capture_content:
-                    payload = action.args if action.args else (action.command or action.code or "")
-                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ARGUMENTS, tm.redact(payload))
+                if content[0] is not None:
+                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ARGUMENTS, content[0])
             else:
                 span.set_attribute(tm.GEN_AI_OPERATION_NAME, "invoke_agent")
-            if result is not None and self.capture_content:
-                span.set_attribute(tm.GEN_AI_TOOL_CALL_RESULT, tm.redact(result.output))
+            if content[1] is not None:
+                span.set_attribute(tm.GEN_AI_TOOL_CALL_RESULT, content[1])
         return span
 
     def _internal_error(self, layer: Layer, hook: Hook, exc: BaseException, ctx: EpisodeContext) -> Finding:
@@ -262,33 +276,36 @@ class Guard:
             span.set_attribute(tm.GUARDRAIL_DECISION, self._decide(hook, findings).value)
             span.set_attribute(tm.GUARDRAIL_FINDING_COUNT, len(findings))
             if findings:
-                span.set_attribute(
-                    tm.GUARDRAIL_FINDINGS,
-                    json.dumps(
-                        [{"check": f.check, "predicate": f.predicate, "message": f.message[:500],
-                          "blocking": f.blocking, "severity": f.severity.value} for f in findings]
-                    ),
-                )
+                span.set_attribute(tm.GUARDRAIL_FINDINGS, json.dumps([self._finding_attribute(f) for f in findings]))
             if score is not None:
                 span.set_attribute(tm.GUARDRAIL_SCORE, float(score))
             if exc is not None:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+                tm.record_error(span, exc, capture_content=self.capture_content)
         span.end()
+
+    def _finding_attribute(self, finding: Finding) -> dict[str, Any]:
+        """A finding as it goes on a span: what fired always; its message (which may quote arguments,
+        results or file lines) only with capture_content, and then redacted."""
+        out: dict[str, Any] = {"check": finding.check, "predicate": finding.predicate,
+                               "blocking": finding.blocking, "severity": finding.severity.value}
+        if self.capture_content:
+            out["message"] = tm.redact(finding.message, cap=500)
+        return out
 
     def _run_sync(self, hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...], *,
                   action: Action | None = None, result: Result | None = None) -> Decision:
         collected: list[Finding] = []
         scores: list[float] = []
-        self._run_layers(self._by_hook[hook], hook, ctx, args, action, result, collected, scores)
+        content = self._content(action, result) if self._by_hook[hook] else (None, None)
+        self._run_layers(self._by_hook[hook], hook, ctx, args, action, content, collected, scores)
         return self._conclude(hook, ctx, collected, scores)
 
     def _run_layers(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
-                    action: Action | None, result: Result | None, collected: list[Finding],
+                    action: Action | None, content: tuple[str | None, str | None], collected: list[Finding],
                     scores: list[float]) -> None:
         """Run the sync hook of `layers` in order (in the caller's thread), adding to `collected` and `scores`."""
         for layer in layers:
-            span = self._start_span(hook, layer, ctx, action, result)
+            span = self._start_span(hook, layer, ctx, action, content)
             error: BaseException | None = None
             with trace.use_span(span, end_on_exit=False):
                 try:
@@ -299,28 +316,29 @@ class Guard:
             self._settle(hook, layer, ctx, span, findings, error, collected, scores)
 
     def _run_layers_locked(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
-                           action: Action | None, result: Result | None, collected: list[Finding],
-                           scores: list[float]) -> None:
+                           action: Action | None, content: tuple[str | None, str | None],
+                           collected: list[Finding], scores: list[float]) -> None:
         # On the loop, concurrent hooks of one episode (AutoGen runs a step's calls concurrently) never
         # interleaved inside a sync layer; in worker threads the episode's lock keeps it that way.
         with ctx.lock:
-            self._run_layers(layers, hook, ctx, args, action, result, collected, scores)
+            self._run_layers(layers, hook, ctx, args, action, content, collected, scores)
 
     async def _run_async(self, hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...], *,
                          action: Action | None = None, result: Result | None = None) -> Decision:
         collected: list[Finding] = []
         scores: list[float] = []
+        content = self._content(action, result) if self._by_hook[hook] else (None, None)
         for native, layers in self._async_runs[hook]:
             if not native:
                 if self.offload:
                     # One hop for the whole run of sync layers; to_thread carries the context (the current span).
-                    await asyncio.to_thread(self._run_layers_locked, layers, hook, ctx, args, action, result,
+                    await asyncio.to_thread(self._run_layers_locked, layers, hook, ctx, args, action, content,
                                             collected, scores)
                 else:
-                    self._run_layers(layers, hook, ctx, args, action, result, collected, scores)
+                    self._run_layers(layers, hook, ctx, args, action, content, collected, scores)
                 continue
             for layer in layers:
-                span = self._start_span(hook, layer, ctx, action, result)
+                span = self._start_span(hook, layer, ctx, action, content)
                 error: BaseException | None = None
                 with trace.use_span(span, end_on_exit=False):
                     try:
