@@ -34,7 +34,7 @@ from typing import Any
 
 from guardrail.core.cliutil import Command, emit_json, print_table, progress
 from guardrail.core.fileio import atomic_write_text
-from traces.bench.gate_more import HELD_OUT, STYLES, more_cases, prepare_tree, target_venv
+from traces.bench.gate_more import HELD_OUT, STYLES, more_cases, prepare_tree, run_mypy, target_venv
 
 __all__ = ["BENCH", "PROJECTS", "Case", "build_cases", "confirm_label"]
 
@@ -581,6 +581,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=0, help="use only the first N cases per project")
     parser.add_argument("--workers", type=int, default=2, help="parallel executions for label confirmation")
     parser.add_argument("--no-jedi", action="store_true", help="skip the jedi baseline")
+    parser.add_argument("--no-mypy", action="store_true", help="skip the mypy baseline (namespace family)")
     parser.add_argument("--cases-out", help="write the labelled cases (JSONL) here for inspection")
 
 
@@ -627,6 +628,9 @@ def _run(args: argparse.Namespace) -> int:
             gate_namespace = [p for p, c in zip(predictions, cases, strict=True) if c in namespace]
             gate_ns_lat = [t for t, c in zip(latencies, cases, strict=True) if c in namespace]
             results.append(summarize("statemirror_namespace", namespace, gate_namespace, gate_ns_lat, None))
+    if not args.no_mypy and namespace:
+        mypy_predictions, mypy_latencies = run_mypy(namespace, roots, args.python)
+        results.append(summarize("mypy_batch", namespace, mypy_predictions, mypy_latencies, None))
     meta = {"projects": list(roots), "cases": len(cases), "positives": sum(bool(c.label) for c in cases),
             "executed": sum(c.label_source == "execution" for c in cases),
             "intent_disagreements": disagreements, "unconfirmed": len(unconfirmed), "python": args.python}

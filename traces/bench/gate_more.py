@@ -302,3 +302,44 @@ def _absolute(source: str, module: str, is_package: bool) -> str:
     parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
     rest = source[level:]
     return ".".join([*parts, rest] if rest else parts)
+
+
+# ------------------------------------------------------------------------------------------------ mypy baseline
+_MYPY_FLAGS = {"import-not-found", "attr-defined", "name-defined", "import", "misc"}
+
+
+def run_mypy(cases: list[Any], roots: dict[str, Path], python: str) -> tuple[list[bool], list[float]]:
+    """mypy on each namespace snippet against the target interpreter, one batch run per project (so the latency
+    is the batch's wall time shared out per snippet: warm-cache, amortized). A snippet counts as flagged when mypy
+    reports a missing module, attribute or name in it."""
+    import tempfile
+    import time
+
+    flagged: dict[int, bool] = {}
+    latency: dict[int, float] = {}
+    by_project: dict[str, list[int]] = {}
+    for position, case in enumerate(cases):
+        by_project.setdefault(case.project, []).append(position)
+    for project, positions in by_project.items():
+        with tempfile.TemporaryDirectory(prefix="gate-mypy-") as tmp:
+            files = []
+            for position in positions:
+                path = Path(tmp) / f"gate_case_{position}.py"
+                path.write_text(cases[position].code or "")
+                files.append(str(path))
+            cwd = roots[project] / cases[positions[0]].cwd
+            env = {**os.environ, "MYPYPATH": str(cwd)}
+            started = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", python,
+                                   "--follow-imports=silent", "--no-error-summary", "--show-error-codes",
+                                   "--cache-dir", str(Path(tmp) / ".cache"), *files],
+                                  cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+            elapsed = (time.perf_counter() - started) * 1000.0
+        for position in positions:
+            latency[position] = elapsed / len(positions)
+            flagged[position] = False
+        for line in proc.stdout.splitlines():
+            match = re.match(r".*gate_case_(\d+)\.py:\d+: error: .*\[([\w-]+)\]$", line)
+            if match and match.group(2) in _MYPY_FLAGS:
+                flagged[int(match.group(1))] = True
+    return [flagged[i] for i in range(len(cases))], [latency[i] for i in range(len(cases))]
