@@ -44,7 +44,7 @@ def test_scores_are_standard_precision_recall() -> None:
 def test_bench_gate_json_prints_one_object_per_method(proj: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bench", "gate", "--json", "--project-dir", str(proj), "--cache", str(tmp_path / "cache"),
-                 "--limit", "8", "--no-jedi", "--no-mypy"])
+                 "--limit", "8", "--no-jedi", "--no-mypy", "--no-pyright"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 0
     assert [r["method"] for r in rows] == ["statemirror", "action_only"]

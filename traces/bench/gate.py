@@ -34,7 +34,16 @@ from typing import Any
 
 from guardrail.core.cliutil import Command, emit_json, print_table, progress
 from guardrail.core.fileio import atomic_write_text
-from traces.bench.gate_more import HELD_OUT, STYLES, more_cases, prepare_tree, run_mypy, target_venv
+from traces.bench.gate_more import (
+    HELD_OUT,
+    STYLES,
+    more_cases,
+    prepare_tree,
+    pyright_available,
+    run_mypy,
+    run_pyright,
+    target_venv,
+)
 
 __all__ = ["BENCH", "PROJECTS", "Case", "build_cases", "confirm_label"]
 
@@ -582,6 +591,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="parallel executions for label confirmation")
     parser.add_argument("--no-jedi", action="store_true", help="skip the jedi baseline")
     parser.add_argument("--no-mypy", action="store_true", help="skip the mypy baseline (namespace family)")
+    parser.add_argument("--no-pyright", action="store_true", help="skip the pyright baseline (namespace family)")
     parser.add_argument("--cases-out", help="write the labelled cases (JSONL) here for inspection")
 
 
@@ -631,6 +641,13 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_mypy and namespace:
         mypy_predictions, mypy_latencies = run_mypy(namespace, roots, args.python)
         results.append(summarize("mypy_batch", namespace, mypy_predictions, mypy_latencies, None))
+    if not args.no_pyright and namespace:
+        why_not = pyright_available()
+        if why_not is None:
+            pyright_predictions, pyright_latencies = run_pyright(namespace, roots, args.python)
+            results.append(summarize("pyright_batch", namespace, pyright_predictions, pyright_latencies, None))
+        elif not args.json:
+            print(f"pyright baseline skipped: {why_not}")
     meta = {"projects": list(roots), "cases": len(cases), "positives": sum(bool(c.label) for c in cases),
             "executed": sum(c.label_source == "execution" for c in cases),
             "intent_disagreements": disagreements, "unconfirmed": len(unconfirmed), "python": args.python}

@@ -343,3 +343,67 @@ def run_mypy(cases: list[Any], roots: dict[str, Path], python: str) -> tuple[lis
             if match and match.group(2) in _MYPY_FLAGS:
                 flagged[int(match.group(1))] = True
     return [flagged[i] for i in range(len(cases))], [latency[i] for i in range(len(cases))]
+
+
+# ------------------------------------------------------------------------------------------------ pyright baseline
+_PYRIGHT_RULES = {"reportMissingImports", "reportAttributeAccessIssue", "reportUndefinedVariable"}
+
+
+def pyright_available() -> str | None:
+    """Why pyright cannot run here (its PyPI wrapper needs node and the npm registry once), or None."""
+    import shutil
+
+    if shutil.which("pyright") is None and not (Path(sys.executable).parent / "pyright").exists():
+        return "pyright is not installed (pip install pyright)"
+    try:
+        proc = subprocess.run([_pyright(), "--version"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"pyright does not start: {exc}"
+    return None if proc.returncode == 0 else f"pyright does not start: {proc.stderr.strip()[-200:]}"
+
+
+def _pyright() -> str:
+    local = Path(sys.executable).parent / "pyright"
+    return str(local) if local.exists() else "pyright"
+
+
+def run_pyright(cases: list[Any], roots: dict[str, Path], python: str) -> tuple[list[bool], list[float]]:
+    """pyright on each namespace snippet against the target interpreter (one batch per project, amortized
+    latency, like the mypy baseline); flagged when it reports a missing import, attribute or name."""
+    import json
+    import tempfile
+    import time
+
+    flagged: dict[int, bool] = {}
+    latency: dict[int, float] = {}
+    by_project: dict[str, list[int]] = {}
+    for position, case in enumerate(cases):
+        by_project.setdefault(case.project, []).append(position)
+    for project, positions in by_project.items():
+        with tempfile.TemporaryDirectory(prefix="gate-pyright-") as tmp:
+            files = []
+            for position in positions:
+                path = Path(tmp) / f"gate_case_{position}.py"
+                path.write_text(cases[position].code or "")
+                files.append(str(path))
+            cwd = roots[project] / cases[positions[0]].cwd
+            version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                     capture_output=True, text=True, timeout=60).stdout.strip()
+            (Path(tmp) / "pyrightconfig.json").write_text(json.dumps({
+                "extraPaths": [str(cwd)], "pythonVersion": version, "reportMissingModuleSource": False}))
+            started = time.perf_counter()
+            proc = subprocess.run([_pyright(), "--pythonpath", python, "--outputjson", *files], cwd=tmp,
+                                  capture_output=True, text=True, timeout=900)
+            elapsed = (time.perf_counter() - started) * 1000.0
+        for position in positions:
+            latency[position] = elapsed / len(positions)
+            flagged[position] = False
+        try:
+            diagnostics = json.loads(proc.stdout).get("generalDiagnostics", [])
+        except json.JSONDecodeError:
+            diagnostics = []
+        for diagnostic in diagnostics:
+            match = re.search(r"gate_case_(\d+)\.py$", str(diagnostic.get("file", "")))
+            if match and diagnostic.get("severity") == "error" and diagnostic.get("rule") in _PYRIGHT_RULES:
+                flagged[int(match.group(1))] = True
+    return [flagged[i] for i in range(len(cases))], [latency[i] for i in range(len(cases))]
