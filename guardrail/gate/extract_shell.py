@@ -173,7 +173,7 @@ def _tokens(text: str) -> list[tuple[str, str]] | None:
             if value.isdigit() and follows in ("<", ">"):
                 out.append(("fd", value))
             else:
-                out.append(("word", _unquote(value)))
+                out.append(("dword" if _raw_dynamic(value) else "word", _unquote(value)))
         elif kind == "op":
             out.append(("op", value))
         position = end
@@ -193,7 +193,8 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
             words.extend(lexer)
         except ValueError:
             words = text.replace("\n", " ; ").split()
-        tokens = [("op" if w in _OPERATORS or w in _REDIRECTS or w in ("(", ")", "<<") else "word", w) for w in words]
+        tokens = [("op" if w in _OPERATORS or w in _REDIRECTS or w in ("(", ")", "<<") else
+                   "dword" if _is_dynamic(w) else "word", w) for w in words]
     commands: list[SimpleCommand] = []
     current = SimpleCommand([])
     i = 0
@@ -211,17 +212,32 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
         elif kind == "op" and token in ("(", ")"):
             current.subshell = True
         elif kind == "op":
-            target = tokens[i + 1][1] if i + 1 < len(tokens) and tokens[i + 1][0] == "word" else ""
+            target = tokens[i + 1][1] if i + 1 < len(tokens) and tokens[i + 1][0] in ("word", "dword") else ""
             current.redirects.append((token, target))
             i += 1 if target else 0
         else:
-            if _is_dynamic(token):
+            if kind == "dword":
                 current.dynamic.add(len(current.words))
             current.words.append(token)
         i += 1
     if current.words or current.redirects:
         commands.append(current)
     return commands
+
+
+def _raw_dynamic(raw: str) -> bool:
+    """Whether a word as written expands at run time: quotes keep globs literal ('[:20]' in python -c code),
+    double quotes still expand $ and backquotes."""
+    if not any(ch in raw for ch in "'\"\\"):
+        return _is_dynamic(raw)
+    start = True
+    for single, double, _escaped, plain in _WORD_PART.findall(raw):
+        if double and ("$" in double or "`" in double):
+            return True
+        if plain and (_is_dynamic(plain) and not (not start and plain.startswith("~"))):
+            return True
+        start = start and not (single or double or _escaped or plain)
+    return False
 
 
 def _is_dynamic(word: str) -> bool:

@@ -247,7 +247,10 @@ def symbols_of_source(text: str) -> ModuleSymbols:
     dynamic = _module_level_dynamic(tree.body)
     path_assigned = False
     import_hooks = False
+    all_dynamic = False
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "__all__":
+            all_dynamic = True  # __all__.extend(...), __all__.append(...)
         if isinstance(node, ast.Global):
             names.update(node.names)  # a function that declares a global may bind it when called
         elif isinstance(node, ast.Attribute) and node.attr in ("meta_path", "path_hooks"):
@@ -261,6 +264,8 @@ def symbols_of_source(text: str) -> ModuleSymbols:
                 if isinstance(target, ast.Name) and target.id == "__path__":
                     path_assigned = True
                 if isinstance(target, ast.Name) and target.id == "__all__":
+                    if _literal_strings(node.value, None) is None:
+                        all_dynamic = True  # __all__ = other.__all__ + [...]: not known statically
                     all_names = _literal_strings(node.value, all_names)
                 if isinstance(target, ast.Subscript):
                     if isinstance(target.value, ast.Call) and _called(target.value, "globals"):
@@ -289,7 +294,7 @@ def symbols_of_source(text: str) -> ModuleSymbols:
     imports, imported, dynamic_imports = _module_imports(tree.body)
     return ModuleSymbols(
         names=frozenset(names), star_imports=tuple(stars),
-        all_names=None if all_names is None else tuple(all_names), dynamic=dynamic,
+        all_names=None if all_names is None or all_dynamic else tuple(all_names), dynamic=dynamic,
         path_assigned=path_assigned, functions=frozenset(functions), classes=classes, import_hooks=import_hooks,
         imports=imports, imported=imported, dynamic_imports=dynamic_imports,
     )
@@ -550,7 +555,7 @@ _PLAIN_DECORATORS = {"dataclass", "dataclasses.dataclass", "total_ordering", "fu
                      "unique", "enum.unique", "final", "typing.final", "runtime_checkable", "typing.runtime_checkable",
                      "attr.s", "attr.attrs", "attrs.define", "attr.define", "define", "frozen", "attrs.frozen",
                      "attr.frozen", "mutable", "attrs.mutable", "six.add_metaclass",
-                     "enum.global_enum", "global_enum", "verify", "enum.verify"}
+                     "enum.global_enum", "global_enum", "verify", "enum.verify", "attrs", "attr.mutable"}
 _PLAIN_METACLASSES = {"ABCMeta", "abc.ABCMeta", "type"}
 
 
@@ -619,7 +624,9 @@ class ModuleIndex:
     def search_path(self, search: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(search) + self.target.sys_path
 
-    def find(self, dotted: str, search: tuple[str, ...] = ()) -> ModuleInfo:
+    def find(self, dotted: str, search: tuple[str, ...] = (), *, hooks: bool = True) -> ModuleInfo:
+        """Where `dotted` resolves; with `hooks`, a submodule missing from a package whose import runs an
+        import hook is unknown."""
         parts = dotted.split(".")
         if not all(p.isidentifier() for p in parts):
             return ModuleInfo("missing", why=f"{dotted!r} is not a valid module name")
@@ -639,8 +646,21 @@ class ModuleIndex:
                 continue
             if info.kind == "source":
                 return ModuleInfo("missing", why=f"{parent} is a module, not a package", kind="not_package")
+            parent_info = info
             info = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent)
+            if info.status == "missing" and hooks and parent_info.kind == "package" and self._hooked(parent, search):
+                return ModuleInfo("unknown", why=f"{parent} imports a module that installs an import hook")
         return info
+
+    def _hooked(self, package: str, search: tuple[str, ...]) -> bool:
+        """Whether importing `package` runs a module of it that installs an import hook (toolz's tlz)."""
+        loaded, _ = self.closure([package], search, within=package, limit=50)
+        for name in loaded:
+            info = self.find(name, search, hooks=False)
+            path = info.path if info is not None and info.kind in ("source", "package") else ""
+            if path and module_symbols(path).import_hooks:
+                return True
+        return False
 
     def _find_top(self, name: str, search: tuple[str, ...]) -> ModuleInfo:
         if name in self.target.builtins:
@@ -751,7 +771,10 @@ class ModuleIndex:
             if source is None or source in _seen:
                 continue
             star_names, star_unknown = self.exported(source, search, _seen=_seen | {dotted}, submodules=False)
-            names |= star_names
+            star_info = self.find(source, search)
+            star_all = module_symbols(star_info.path).all_names if star_info.kind in ("source", "package") else None
+            # `from m import *` binds m.__all__ when m defines it, else m's public names.
+            names |= set(star_all) if star_all is not None else {n for n in star_names if not n.startswith("_")}
             unknown = unknown or star_unknown
         return names, unknown
 
@@ -771,7 +794,7 @@ class ModuleIndex:
                 name = ".".join(parts[:depth])
                 if name in loaded or parts[0] != top:
                     continue
-                info = self.find(name, search)
+                info = self.find(name, search, hooks=False)
                 if info.status != "found":
                     if info.status == "unknown":
                         uncertain = uncertain or info.why
@@ -789,7 +812,7 @@ class ModuleIndex:
                     if level < 0:  # `from X import name`: X.name is loaded when it is a module
                         candidate = absolute_module(module, -level - 1, package)
                         if candidate and candidate.partition(".")[0] == top and candidate not in loaded \
-                                and self.find(candidate, search).status == "found":
+                                and self.find(candidate, search, hooks=False).status == "found":
                             todo.append(candidate)
                         continue
                     absolute = absolute_module(module, level, package)

@@ -103,6 +103,8 @@ def _class_methods(name: str, classes: dict[str, ClassInfo], depth: int = 0) -> 
     return methods, None
 
 
+# Standard modules whose base classes' metaclasses set private class attributes (Enum's _member_map_...).
+_MACHINERY = {"enum", "typing", "abc", "ctypes", "dataclasses", "collections"}
 _BUILTIN_FIXTURES = {"tmp_path", "tmpdir", "monkeypatch", "capsys", "capfd", "caplog", "request", "recwarn",
                      "pytestconfig", "tmp_path_factory", "tmpdir_factory", "capsysbinary", "capfdbinary", "doctest_namespace"}
 
@@ -373,13 +375,14 @@ class Prober:
                         return ("value",)
                     continue
                 return ("unknown", f"{cls} inherits from {base}, which is not readable statically")
+            if resolved[0] in _MACHINERY and attr.startswith("_"):
+                return ("unknown", f"{cls} derives from {resolved[0]}.{resolved[1]}, whose machinery sets "
+                                   "private names")
             found = self._class_member(resolved[0], resolved[1], attr, search, depth + 1)
             if found[0] != "missing":
                 return found
         if klass.dynamic:
             return ("unknown", f"{cls}: {klass.dynamic}")
-        if attr.startswith("_"):
-            return ("unknown", f"private names of {cls} may be set by its machinery")
         if depth:
             return ("missing", f"{cls} does not define it")
         return ("missing", f"class {cls} (in {module}) and its bases define no {attr!r}",
