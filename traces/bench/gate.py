@@ -138,13 +138,9 @@ def _mutations(name: str) -> list[str]:
     return [v for v in variants if v.isidentifier() and v != name]
 
 
-def build_cases(root: Path, project: str, *, seed: int = 0, python_version: tuple[int, int] | None = None,
-                ) -> list[Case]:
-    """Labelled actions built from the project's real modules, names, files and tests."""
-    rng = random.Random(f"{seed}:{project}")
-    cases: list[Case] = []
+def project_modules(root: Path) -> tuple[Path, dict[str, Path]]:
+    """The import root (src/ or the project root) and the project's modules, dotted name -> file."""
     base = root / "src" if (root / "src").is_dir() else root
-    cwd = os.path.relpath(base, root)
     skip_parts = {"tests", "test", "testing", "docs", "doc", "examples", "benchmarks", "build"}
     modules: dict[str, Path] = {}
     for path in sorted(base.rglob("*.py")):
@@ -159,6 +155,16 @@ def build_cases(root: Path, project: str, *, seed: int = 0, python_version: tupl
             continue
         dotted = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
         modules[dotted] = path
+    return base, modules
+
+
+def build_cases(root: Path, project: str, *, seed: int = 0, python_version: tuple[int, int] | None = None,
+                ) -> list[Case]:
+    """Labelled actions built from the project's real modules, names, files and tests."""
+    rng = random.Random(f"{seed}:{project}")
+    cases: list[Case] = []
+    base, modules = project_modules(root)
+    cwd = os.path.relpath(base, root)
     if not modules:
         return []
     packages = sorted(m for m in modules if "." not in m)
