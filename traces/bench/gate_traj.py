@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrail.core.cliutil import Command, emit_json, print_table
-from traces.bench.gate import PROJECTS, _POSITIVE_ERRORS, _mutations, _symbols, fetch_project, project_modules
+from traces.bench.gate import _POSITIVE_ERRORS, PROJECTS, _mutations, _symbols, fetch_project, project_modules
 from traces.bench.gate_more import HELD_OUT, prepare_tree, target_venv
 
 __all__ = ["BENCH", "read_mini", "session", "write_mini", "write_swe"]
