@@ -237,3 +237,19 @@ def test_versioned_interpreters_missing_from_the_target_path(gate: Gate, ws: Pat
     assert violated(gate, "python3.13 -c 'import sys'") == ["executable_available"]
     assert violated(gate, "pip3.12 install -q x") == ["executable_available"]
     assert violated(gate, "python3.11 -c 'import sys'") == []
+
+
+def test_test_methods_inherited_from_another_module(tmp_path: Path) -> None:
+    ws = write(tmp_path / "ws2", {
+        "tests/__init__.py": "",
+        "tests/base.py": "import unittest\n\n\nclass Shared(unittest.TestCase):\n    def test_shared(self):\n"
+                         "        pass\n",
+        "tests/test_child.py": "from .base import Shared\n\n\nclass TestChild(Shared):\n    def test_own(self):\n"
+                               "        pass\n",
+    })
+    gate = Gate(ws, budget_s=BUDGET_S)
+    path = str(ws / "tests" / "test_child.py")
+    for node, outcome in (("TestChild::test_shared", Outcome.TRUE), ("TestChild::test_sharde", Outcome.FALSE),
+                          ("TestChild::assertEqual", Outcome.TRUE)):
+        found = results(gate, {"kind": "shell", "command": f"pytest tests/test_child.py::{node}"})
+        assert found[("pytest_target_exists", (path, node))] is outcome, node

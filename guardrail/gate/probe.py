@@ -105,6 +105,18 @@ def _class_methods(name: str, classes: dict[str, ClassInfo], depth: int = 0) -> 
 
 # Standard modules whose base classes' metaclasses set private class attributes (Enum's _member_map_...).
 _MACHINERY = {"enum", "typing", "abc", "ctypes", "dataclasses", "collections"}
+def _test_module_name(path: str) -> tuple[str, tuple[str, ...]]:
+    """The dotted name pytest (prepend import mode) imports a test file under, and the directory it puts first on
+    sys.path: the first directory upward without an __init__.py."""
+    directory = os.path.dirname(path)
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    while "__init__.py" in (list_dir(directory) or ()) and os.path.dirname(directory) != directory:
+        parts.insert(0, os.path.basename(directory))
+        directory = os.path.dirname(directory)
+    dotted = ".".join(parts)
+    return (dotted if all(p.isidentifier() for p in parts) else ""), (directory,)
+
+
 _BUILTIN_FIXTURES = {"tmp_path", "tmpdir", "monkeypatch", "capsys", "capfd", "caplog", "request", "recwarn",
                      "pytestconfig", "tmp_path_factory", "tmpdir_factory", "capsysbinary", "capfdbinary", "doctest_namespace"}
 
@@ -535,6 +547,16 @@ class Prober:
             methods, unresolved = _class_methods(head, symbols.classes)
             if parts[1] in methods:
                 return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} exists")
+            if unresolved and self.index is not None:
+                # A base imported from another module (tests/base.py, unittest): follow it as pytest imports it.
+                module, search = _test_module_name(path)
+                found = self._class_member(module, head, parts[1], search) if module else ("unknown", "")
+                if found[0] == "value":
+                    return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} is inherited")
+                if found[0] == "missing":
+                    return ProbeResult(p, Outcome.FALSE, f"test class {head} in {path} and its bases have no "
+                                                         f"method {parts[1]!r}",
+                                       {"path": path, "missing": parts[1], "candidates": sorted(methods)})
             if unresolved:
                 return ProbeResult(p, Outcome.UNKNOWN, f"{head} inherits from {unresolved}: {parts[1]} may be inherited")
             return ProbeResult(p, Outcome.FALSE, f"test class {head} in {path} has no method {parts[1]!r}",
