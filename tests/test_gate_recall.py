@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,12 @@ def test_test_methods_inherited_from_another_module(tmp_path: Path) -> None:
                           ("TestChild::assertEqual", Outcome.TRUE)):
         found = results(gate, {"kind": "shell", "command": f"pytest tests/test_child.py::{node}"})
         assert found[("pytest_target_exists", (path, node))] is outcome, node
+
+
+def test_the_import_closure_follows_file_changes(gate: Gate, ws: Path) -> None:
+    source = "import shapes\nshapes.unused.helper()"
+    assert code(gate, source)[("attribute_defined", ("shapes", "unused.helper"))] is Outcome.FALSE
+    init = ws / "shapes" / "__init__.py"
+    init.write_text(init.read_text() + "from . import unused\n")
+    os.utime(init, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    assert code(gate, source)[("attribute_defined", ("shapes", "unused.helper"))] is Outcome.TRUE

@@ -620,6 +620,8 @@ class ModuleIndex:
 
     def __init__(self, target: TargetPython) -> None:
         self.target = target
+        self._closures: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], frozenset[str],
+                                                       str | None]] = {}
 
     def search_path(self, search: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(search) + self.target.sys_path
@@ -782,8 +784,22 @@ class ModuleIndex:
     def closure(self, modules: list[str], search: tuple[str, ...], *, within: str,
                 limit: int = 400) -> tuple[set[str], str | None]:
         """The modules under `within`'s top-level package that importing `modules` loads (their packages and
-        module-level imports, followed), and why more may load, if they may (dynamic imports, import hooks)."""
+        module-level imports, followed), and why more may load, if they may (dynamic imports, import hooks).
+        Cached until one of the files read, or a directory holding one, changes."""
+        key = (tuple(modules), search, within, limit)
+        cached = self._closures.get(key)
+        if cached is not None and all(_mtime(path) == mtime for path, mtime in cached[0]):
+            return set(cached[1]), cached[2]
+        loaded, uncertain, stamp = self._closure(modules, search, within=within, limit=limit)
+        if len(self._closures) > 5_000:
+            self._closures.clear()
+        self._closures[key] = (stamp, frozenset(loaded), uncertain)
+        return loaded, uncertain
+
+    def _closure(self, modules: list[str], search: tuple[str, ...], *, within: str,
+                 limit: int) -> tuple[set[str], str | None, tuple[tuple[str, int], ...]]:
         top = within.partition(".")[0]
+        read: dict[str, int] = {}
         loaded: set[str] = set()
         uncertain: str | None = None
         todo = list(modules)
@@ -804,6 +820,8 @@ class ModuleIndex:
                     if info.kind != "namespace":
                         uncertain = uncertain or f"{name} is {info.kind}: its imports are not readable"
                     continue
+                for path in (info.path, os.path.dirname(info.path)):
+                    read[path] = _mtime(path)
                 symbols = module_symbols(info.path)
                 if symbols.error or symbols.import_hooks or symbols.dynamic_imports or symbols.path_assigned:
                     uncertain = uncertain or f"{name} imports modules dynamically or installs an import hook"
@@ -820,7 +838,12 @@ class ModuleIndex:
                         todo.append(absolute)
         if todo:
             uncertain = uncertain or "the import closure is too large to follow"
-        return loaded, uncertain
+        return loaded, uncertain, tuple(read.items())
+
+
+def _mtime(path: str) -> int:
+    state = path_state(path)
+    return state.mtime_ns if state.exists else -1
 
 
 # --------------------------------------------------------------------------- the running interpreter's stdlib
