@@ -44,7 +44,7 @@ def test_scores_are_standard_precision_recall() -> None:
 def test_bench_gate_json_prints_one_object_per_method(proj: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bench", "gate", "--json", "--project-dir", str(proj), "--cache", str(tmp_path / "cache"),
-                 "--limit", "8", "--no-jedi"])
+                 "--limit", "8", "--no-jedi", "--no-mypy", "--no-pyright"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 0
     assert [r["method"] for r in rows] == ["statemirror", "action_only"]
@@ -54,3 +54,19 @@ def test_bench_gate_json_prints_one_object_per_method(proj: Path, tmp_path: Path
         assert row["n"] == 8
     assert rows[0]["meta"]["executed"] == 8  # the first 8 cases are shell/Python: every label was executed
     assert (tmp_path / "cache" / "labels.json").is_file()
+
+
+def test_trajectory_files_round_trip_and_replay_labels_by_execution(proj: Path, tmp_path: Path) -> None:
+    from adapters.swe_agent import read_traj
+    from traces.bench.gate_traj import read_mini, replay, session, write_mini, write_swe
+
+    commands = session(proj, "fixture", (3, 11))
+    assert "python3.13 -c 'print(1)'" in commands
+    write_swe(commands, tmp_path / "a.traj")
+    write_mini(commands, tmp_path / "a.json")
+    assert [s.action for s in read_traj(tmp_path / "a.traj").steps] == commands
+    assert read_mini(tmp_path / "a.json") == commands
+    rows = replay(["cd pkg", "cat core.py | head -n 1", "cat missing.txt || true", "cat nothing.txt"], proj,
+                  sys.executable, persistent=True)
+    assert [(r["label"], r["warned"], r["blocked"]) for r in rows] == [
+        (False, False, False), (False, False, False), (True, True, False), (True, True, True)]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
 import sys
+from dataclasses import replace
 
 from guardrail.gate.predicates import Predicate
 from guardrail.gate.scope import Scope
@@ -39,7 +41,9 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
         walker.visit(tree)
     except RecursionError:
         return walker.predicates
-    predicates = walker.predicates
+    # An attribute read may rely on any module the same code imports (it loads submodules): known only now.
+    context = tuple(sorted(walker.imported_modules))
+    predicates = [replace(p, context=context) if p.name == "attribute_defined" else p for p in walker.predicates]
     if target_version is not None and tuple(target_version[:2]) < sys.version_info[:2]:
         version = _syntax_version_problem(code, (target_version[0], target_version[1]))
         if version is not None:
@@ -74,6 +78,8 @@ class _Walker(ast.NodeVisitor):
         self.predicates: list[Predicate] = []
         self.guarded = 0  # inside try/except ImportError or `if TYPE_CHECKING`/version checks
         self.module_aliases: dict[str, str] = {}  # local name -> module it is bound to by `import`
+        self.from_names: dict[str, tuple[str, str]] = {}  # local name -> (module, name) from `from m import n`
+        self.paths: dict[str, str] = {}  # a name assigned once to a path literal (str, Path(...), join)
         self.imported_modules: set[str] = set()
         self.rebound: set[str] = set()
         self.seen: set[tuple[str, tuple[object, ...]]] = set()
@@ -114,8 +120,43 @@ class _Walker(ast.NodeVisitor):
         for target in node.targets:
             for sub in ast.walk(target):
                 if isinstance(sub, ast.Name):
+                    if sub.id in self.paths or sub.id in self.rebound:
+                        self.paths.pop(sub.id, None)  # assigned twice: its value depends on the path taken
                     self.rebound.add(sub.id)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and not self.guarded:
+            value = self._path_of(node.value)
+            if value is not None and node.targets[0].id not in self.paths:
+                self.paths[node.targets[0].id] = value
         self.generic_visit(node)
+
+    def visit_With(self, node: ast.With) -> None:
+        # `with suppress(ImportError): import x` guards the import like try/except does.
+        guarded = any(isinstance(item.context_expr, ast.Call) and _dotted(item.context_expr.func) in (
+            "suppress", "contextlib.suppress") and any(_catches_import_error(a) for a in item.context_expr.args)
+            for item in node.items if isinstance(item.context_expr.func if isinstance(
+                item.context_expr, ast.Call) else None, ast.Name | ast.Attribute))
+        self.guarded += guarded
+        self.generic_visit(node)
+        self.guarded -= guarded
+
+    def _path_of(self, node: ast.expr) -> str | None:
+        """The path an expression names when it is made of literals: 'a', Path('a') / 'b', os.path.join(...)."""
+        text = _literal_str(node)
+        if text is not None:
+            return text
+        if isinstance(node, ast.Name):
+            return self.paths.get(node.id) if node.id not in self.from_names else None
+        if isinstance(node, ast.Call) and (_is_path_ctor(node) or _dotted(node.func) in (
+                "os.path.join", "path.join", "join")) and node.args and not node.keywords:
+            parts = [self._path_of(a) for a in node.args]
+            if any(p is None for p in parts):
+                return None
+            return os.path.join(*[p for p in parts if p is not None])
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = self._path_of(node.left), self._path_of(node.right)
+            if left is not None and right is not None and isinstance(node.left, ast.Call | ast.BinOp | ast.Name):
+                return os.path.join(left, right)
+        return None
 
     # ----------------------------------------------------------------- imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -130,8 +171,16 @@ class _Walker(ast.NodeVisitor):
                 self.module_aliases[top] = top
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level or not node.module or self.guarded:
-            return  # relative imports in a script fail for other reasons; guarded ones are optional
+        if node.level or not node.module:
+            return  # relative imports in a script fail for other reasons
+        self.imported_modules.add(node.module)
+        for alias in node.names:
+            if alias.name != "*":
+                self.imported_modules.add(f"{node.module}.{alias.name}")  # loaded when it is a submodule
+                if not self.guarded:
+                    self.from_names[alias.asname or alias.name] = (node.module, alias.name)
+        if self.guarded:
+            return  # guarded imports are optional
         self.add("importable", node.module)
         for alias in node.names:
             if alias.name != "*":
@@ -139,22 +188,28 @@ class _Walker(ast.NodeVisitor):
 
     # ----------------------------------------------------------------- calls and attributes
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if isinstance(node.ctx, ast.Load) and not self.guarded:
-            dotted = _dotted(node)
-            if dotted is not None:
-                self._check_module_attribute(dotted)
-        self.generic_visit(node)
+        dotted = _dotted(node)
+        if isinstance(node.ctx, ast.Load) and not self.guarded and dotted is not None:
+            self._check_module_attribute(dotted)
+        if dotted is None:
+            self.generic_visit(node)  # a chain of plain names holds nothing else to visit
 
     def _check_module_attribute(self, dotted: str) -> None:
         parts = dotted.split(".")
-        if parts[0] in self.rebound or parts[0] not in self.module_aliases:
+        if parts[0] in self.rebound:
+            return
+        if parts[0] in self.from_names and parts[0] not in self.module_aliases:
+            module, name = self.from_names[parts[0]]
+            self.add("attribute_defined", module, ".".join([name, *parts[1:]]), necessary=False)
+            return
+        if parts[0] not in self.module_aliases:
             return
         real = [self.module_aliases[parts[0]], *parts[1:]]
-        # The longest prefix that is a module the code imported; the next part must be one of its names.
+        # The longest prefix that is a module the code imported; the rest are attributes read at run time.
         for cut in range(len(real) - 1, 0, -1):
             module = ".".join(real[:cut])
             if module in self.imported_modules or cut == 1:
-                self.add("symbol_defined", module, real[cut], necessary=False)
+                self.add("attribute_defined", module, ".".join(real[cut:]), necessary=False)
                 return
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -164,7 +219,7 @@ class _Walker(ast.NodeVisitor):
 
     def _call(self, node: ast.Call) -> None:
         func = node.func
-        first = _literal_str(node.args[0]) if node.args else None
+        first = self._path_of(node.args[0]) if node.args else None
         if isinstance(func, ast.Name):
             if func.id == "open" and first is not None:
                 self._open(first, _open_mode(node))
@@ -180,9 +235,13 @@ class _Walker(ast.NodeVisitor):
             self._path("dir_exists", first)
         elif owner in _READER_OWNERS and func.attr in _READERS and first is not None:
             self._path("file_exists", first)
-        elif isinstance(func.value, ast.Call) and _is_path_ctor(func.value):
-            path = _literal_str(func.value.args[0]) if func.value.args else None
-            if path is None:
+        elif isinstance(func.value, ast.Call | ast.Name | ast.BinOp) and (
+                func.attr in _PATH_READ_METHODS | _PATH_WRITE_METHODS | {"iterdir", "mkdir"}) and (
+                not isinstance(func.value, ast.Call) or _is_path_ctor(func.value)):
+            path = self._path_of(func.value)
+            if path is None or isinstance(func.value, ast.Name) and _literal_str(node.args[0] if node.args else
+                                                                                 ast.Constant(None)) is None \
+                    and func.attr == "open" and node.args:
                 return
             if func.attr in _PATH_READ_METHODS:
                 mode = _literal_str(node.args[0]) if node.args else "r"

@@ -12,7 +12,7 @@ import functools
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import bashlex
 
@@ -42,7 +42,7 @@ _SHELL_BUILTINS = {
 _WRAPPERS = {"env", "nohup", "time", "sudo", "xargs", "nice", "stdbuf", "timeout", "command", "exec"}
 # Commands whose every non-option argument is a file they read.
 _READ_FILES = {"cat", "head", "tail", "less", "more", "wc", "sort", "uniq", "nl", "md5sum", "sha256sum",
-               "sha1sum", "xxd", "od", "strings", "tac", "cut", "tr", "bat", "jq"}
+               "sha1sum", "xxd", "od", "strings", "tac", "cut", "bat"}  # tr reads stdin only; jq: cmd_jq
 _READ_PATHS = {"ls", "stat", "file", "diff", "cmp", "du", "tree", "realpath", "readlink"}
 _VALUE_OPTIONS = {
     "head": {"-n", "-c"}, "tail": {"-n", "-c"}, "cut": {"-d", "-f", "-c", "-b"}, "sort": {"-k", "-t", "-o"},
@@ -51,11 +51,16 @@ _VALUE_OPTIONS = {
     "sed": {"-e", "-f"}, "awk": {"-F", "-v", "-f"}, "diff": {"-U", "-C"}, "du": {"-d"}, "tree": {"-L", "-I"},
     "pytest": {"-k", "-m", "-p", "-c", "-o", "-n", "-W", "--deselect", "--ignore", "--rootdir", "--tb",
                "--junitxml", "--maxfail", "--durations", "--timeout", "-r", "--cov", "--log-level"},
-    "jq": set(),
+    "jq": {"--indent", "--tab"}, "xxd": {"-l", "-s", "-c", "-g", "-o", "-len", "-seek", "-cols"},
+    "od": {"-A", "-t", "-N", "-j", "-w"}, "strings": {"-n", "-t"}, "nl": {"-w", "-s", "-b", "-v", "-i"},
+    "pip": {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix",
+            "--root", "--python-version", "--platform", "--implementation", "--abi", "--only-binary",
+            "--no-binary", "--progress-bar", "--log", "--cache-dir", "--src", "--upgrade-strategy", "--timeout",
+            "--proxy", "--retries", "--trusted-host", "--config-settings", "-C", "--report"},
 }
 # Commands that may create files the rest of the line uses, in ways not modelled here.
 _MODELLED_WRITERS = {"mkdir", "touch", "cp", "mv", "tee", "cat", "echo", "printf", "ln", "install"}
-_NON_WRITERS = (_READ_FILES | _READ_PATHS | {"grep", "egrep", "rg", "sed", "awk", "find", "which", "pip",
+_NON_WRITERS = (_READ_FILES | _READ_PATHS | {"grep", "egrep", "rg", "sed", "awk", "find", "which", "pip", "jq", "tr",
                                              "pip3", "pytest", "py.test", "rm", "cd", "pushd", "chmod",
                                              "whoami", "date", "env", "export", "true", "false", "sleep"}
                 | _SHELL_BUILTINS)
@@ -168,7 +173,7 @@ def _tokens(text: str) -> list[tuple[str, str]] | None:
             if value.isdigit() and follows in ("<", ">"):
                 out.append(("fd", value))
             else:
-                out.append(("word", _unquote(value)))
+                out.append(("dword" if _raw_dynamic(value) else "word", _unquote(value)))
         elif kind == "op":
             out.append(("op", value))
         position = end
@@ -188,7 +193,8 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
             words.extend(lexer)
         except ValueError:
             words = text.replace("\n", " ; ").split()
-        tokens = [("op" if w in _OPERATORS or w in _REDIRECTS or w in ("(", ")", "<<") else "word", w) for w in words]
+        tokens = [("op" if w in _OPERATORS or w in _REDIRECTS or w in ("(", ")", "<<") else
+                   "dword" if _is_dynamic(w) else "word", w) for w in words]
     commands: list[SimpleCommand] = []
     current = SimpleCommand([])
     i = 0
@@ -206,17 +212,32 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
         elif kind == "op" and token in ("(", ")"):
             current.subshell = True
         elif kind == "op":
-            target = tokens[i + 1][1] if i + 1 < len(tokens) and tokens[i + 1][0] == "word" else ""
+            target = tokens[i + 1][1] if i + 1 < len(tokens) and tokens[i + 1][0] in ("word", "dword") else ""
             current.redirects.append((token, target))
             i += 1 if target else 0
         else:
-            if _is_dynamic(token):
+            if kind == "dword":
                 current.dynamic.add(len(current.words))
             current.words.append(token)
         i += 1
     if current.words or current.redirects:
         commands.append(current)
     return commands
+
+
+def _raw_dynamic(raw: str) -> bool:
+    """Whether a word as written expands at run time: quotes keep globs literal ('[:20]' in python -c code),
+    double quotes still expand $ and backquotes."""
+    if not any(ch in raw for ch in "'\"\\"):
+        return _is_dynamic(raw)
+    start = True
+    for single, double, _escaped, plain in _WORD_PART.findall(raw):
+        if double and ("$" in double or "`" in double):
+            return True
+        if plain and (_is_dynamic(plain) and not (not start and plain.startswith("~"))):
+            return True
+        start = start and not (single or double or _escaped or plain)
+    return False
 
 
 def _is_dynamic(word: str) -> bool:
@@ -287,6 +308,61 @@ def _walk_bashlex(node: object, out: list[SimpleCommand], *, subshell: bool) -> 
 
 
 # ------------------------------------------------------------------------------------------------ meaning
+_HABIT_FALLBACKS = {"true", ":"}
+
+
+# python -m MODULE operands: "script" (the first is a script it runs), "input" (INFILE [OUTFILE]),
+# "files" (each a file it reads), "paths" (files or directories it walks).
+_MODULE_OPERANDS = {
+    "cProfile": "script", "profile": "script", "pdb": "script", "trace": "script",
+    "json.tool": "input", "tokenize": "files", "py_compile": "files", "dis": "files", "ast": "files",
+    "pickletools": "files", "tabnanny": "paths", "compileall": "paths", "pyflakes": "paths", "flake8": "paths",
+    "pycodestyle": "paths", "black": "paths", "isort": "paths", "mypy": "paths", "pylint": "paths",
+    "doctest": "files",
+}
+_MODULE_VALUE_OPTIONS = {"-o", "-s", "--indent", "--config", "--config-file", "--select", "--ignore", "--exclude",
+                         "--max-line-length", "--python-version", "--line-length", "--target-version", "-l", "-d",
+                         "-x", "-j", "--rcfile", "--disable", "--enable", "--format", "--cache-dir"}
+_FILE_SUFFIX = re.compile(r"\.(py|pyi|txt|json|cfg|toml|ini|md|rst|yaml|yml|csv|ipynb)$")
+
+
+def _other_interpreter(name: str, target: tuple[int, ...] | None) -> str | None:
+    """Why a versioned interpreter name (python3.13, pip3.12) is not the target interpreter, if it is not."""
+    match = re.fullmatch(r"(?:python|pip)(\d)(?:\.(\d+))?", name)
+    if match is None or target is None:
+        return None
+    major, minor = int(match.group(1)), match.group(2)
+    if major != target[0] or (minor is not None and int(minor) != target[1]):
+        return f"{name} is not the target interpreter ({'.'.join(map(str, target[:2]))})"
+    return None
+
+
+def _local_path(spec: str) -> bool:
+    """A pip requirement that names a local directory or archive, not a distribution or a URL."""
+    return "://" not in spec and "@" not in spec and (spec.startswith((".", "/", "~")) or "/" in spec
+                                                      or spec.endswith((".whl", ".tar.gz", ".zip")))
+
+
+def _or_guards(commands: list[SimpleCommand]) -> list[str | None]:
+    """For each command, whether an `||` later in its and-or list catches its failure: "habit" when the
+    fallback is a bare `true`/`:` (appended out of habit), "probe" for any other fallback, else None."""
+    guards: list[str | None] = [None] * len(commands)
+    pending: list[int] = []  # commands of the current and-or list not yet followed by `||`
+    for index, cmd in enumerate(commands):
+        pending.append(index)
+        if cmd.next_op == "||":
+            fallback = commands[index + 1] if index + 1 < len(commands) else None
+            habit = fallback is not None and not fallback.redirects and fallback.words[:1] and \
+                fallback.words[0] in _HABIT_FALLBACKS and len(fallback.words) == 1 and \
+                fallback.next_op in ("", ";", "\n", "&&", "||")
+            for earlier in pending:
+                guards[earlier] = "habit" if habit else "probe"
+            pending = []
+        elif cmd.next_op not in ("&&", "|", "|&"):
+            pending = []
+    return guards
+
+
 class _Interpreter:
     def __init__(self, scope: Scope, out: list[Predicate], python_version: tuple[int, ...] | None) -> None:
         self.scope = scope
@@ -308,17 +384,22 @@ class _Interpreter:
 
     def run(self, commands: list[SimpleCommand]) -> None:
         saved_cwd: str | None = None
+        guards = _or_guards(commands)
         for index, cmd in enumerate(commands):
             if cmd.subshell and saved_cwd is None:
                 saved_cwd = self.scope.cwd
             elif not cmd.subshell and saved_cwd is not None:
                 self.scope.cwd, saved_cwd = saved_cwd, None
-            # The left side of `||` is a test the agent expects may fail: it assumes nothing.
-            probing = cmd.next_op == "||"
+            guard = guards[index]
             before = len(self.out)
             self.command(cmd, commands[index + 1:] if cmd.next_op == "|" else [])
-            if probing:
+            if guard == "probe":
+                # Left of `|| echo missing` and the like: a test the agent expects may fail; it assumes nothing.
                 del self.out[before:]
+            elif guard == "habit":
+                # Left of `|| true`: it cannot break the command, so it never blocks, but a false predicate
+                # there is still a wrong belief: report it.
+                self.out[before:] = [replace(p, necessary=False) for p in self.out[before:]]
         if saved_cwd is not None:
             self.scope.cwd = saved_cwd
 
@@ -401,8 +482,15 @@ class _Interpreter:
         handler = getattr(self, "cmd_" + re.sub(r"\W", "_", name), None)
         if re.fullmatch(r"python(\d(\.\d+)?)?", name):
             handler = self.cmd_python
+        elif re.fullmatch(r"pip\d(\.\d+)?", name):
+            handler = self.cmd_pip
         if handler is not None:
+            before = len(self.out)
             handler(args, args_dynamic, cmd)
+            other = _other_interpreter(name, self.python_version)
+            if other:  # python3.13 when the target is 3.11: its modules are not the target's
+                self.out[before:] = [replace(p, hedge=p.hedge or other) if p.family == "namespace" else p
+                                     for p in self.out[before:]]
         elif name in _READ_FILES:
             for arg in self.positional(name, args, args_dynamic):
                 self.path("file_exists", arg)
@@ -441,7 +529,11 @@ class _Interpreter:
             if not self.scope.was_created(resolved):
                 self.add("executable_available", resolved)
         elif program not in self.scope.functions:
+            before = len(self.out)
             self.add("executable_available", program)
+            if self.scope.install_unknown or program.lower() in self.scope.installed:
+                # `pip install -q pytest && pytest ...`: the install settles the runner (its target is still checked).
+                self.out[before] = replace(self.out[before], hedge="installed earlier in this action or episode")
 
     # ------------------------------------------------------------------ command handlers
     def cd(self, args: list[str], dynamic: set[int]) -> None:
@@ -519,11 +611,46 @@ class _Interpreter:
         files = operands if has_pattern_option else operands[1:]
         if quiet:
             return
+        # Without -r grep reads each operand as a file: a directory is "Is a directory" (exit 2).
+        recursive = any(a in ("--recursive", "--dereference-recursive", "--directories=recurse", "-d")
+                        or a.startswith("-") and not a.startswith("--") and ("r" in a or "R" in a) for a in args)
         for arg in files:
-            self.path("path_exists", arg)
+            self.path("path_exists" if recursive else "file_exists", arg)
 
     cmd_egrep = cmd_grep
     cmd_fgrep = cmd_grep
+
+    def cmd_jq(self, args: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:
+        """jq FILTER [FILES...]: the filter is no path; --arg/--argjson take two values, --args ends the files."""
+        positional: list[str] = []
+        filter_from_file = False
+        index = 0
+        while index < len(args):
+            arg = args[index]
+            if arg in ("--args", "--jsonargs"):
+                break
+            if arg in ("--arg", "--argjson"):
+                index += 3
+                continue
+            if arg in ("--slurpfile", "--rawfile"):
+                if index + 2 < len(args) and index + 2 not in dynamic:
+                    self.path("file_exists", args[index + 2])
+                index += 3
+                continue
+            if arg in ("-f", "--from-file"):
+                filter_from_file = True
+            elif arg in ("--indent", "-L"):
+                index += 1
+            elif not arg.startswith("-") or arg == "-":
+                if index not in dynamic and arg != "-":
+                    positional.append(arg)
+                elif index in dynamic:
+                    positional.append("")  # a computed word still takes its place
+            index += 1
+        files = positional if filter_from_file else positional[1:]
+        for arg in files:
+            if arg:
+                self.path("file_exists", arg)
 
     def cmd_sed(self, args: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:
         operands = self.positional("sed", args, dynamic)
@@ -569,21 +696,41 @@ class _Interpreter:
     def pip(self, args: list[str], dynamic: set[int]) -> None:
         if "install" not in args:
             return
-        after = args[args.index("install") + 1:]
+        start = args.index("install") + 1
+        after = args[start:]
         skip_next = False
-        for arg in after:
+        for offset, arg in enumerate(after):
             if skip_next:
                 skip_next = False
                 continue
+            given = after[offset + 1] if offset + 1 < len(after) and start + offset + 1 not in dynamic else None
             if arg in ("-r", "--requirement", "-c", "--constraint"):
                 skip_next = True
                 self.scope.install_unknown = True
+                if given:  # pip reads it before anything else: a missing file is "Could not open requirements file"
+                    self.path("file_exists", given)
                 continue
-            if arg in ("-e", "--editable", "-t", "--target", "-i", "--index-url", "--extra-index-url", "-f"):
-                skip_next = arg not in ("-e", "--editable")
-                self.scope.install_unknown = self.scope.install_unknown or arg in ("-e", "--editable")
+            if arg.startswith(("--requirement=", "--constraint=")):
+                self.scope.install_unknown = True
+                self.path("file_exists", arg.partition("=")[2])
+                continue
+            if arg in ("-e", "--editable"):
+                skip_next = True
+                self.scope.install_unknown = True
+                if given and _local_path(given):
+                    self.path("path_exists", given.partition("[")[0])
+                continue
+            if arg in _VALUE_OPTIONS["pip"]:
+                skip_next = True
                 continue
             if arg.startswith("-"):
+                continue
+            if start + offset in dynamic:
+                self.scope.install_unknown = True
+                continue
+            if _local_path(arg):
+                self.scope.install_unknown = True
+                self.path("path_exists", arg.partition("[")[0])
                 continue
             module = normalize_dist(arg)
             if module is None:
@@ -593,6 +740,12 @@ class _Interpreter:
                 self.scope.installed.add(module.lower())
 
     def cmd_pytest(self, args: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:
+        for index, arg in enumerate(args[:-1]):
+            if arg in ("-c", "--config-file") and index + 1 not in dynamic:
+                self.path("file_exists", args[index + 1])  # pytest reads it first: "could not load" otherwise
+        for arg in args:
+            if arg.startswith("--config-file="):
+                self.path("file_exists", arg.partition("=")[2])
         for arg in self.positional("pytest", args, dynamic):
             if "=" in arg and not arg.startswith(("/", ".")) and "::" not in arg:
                 continue
@@ -668,7 +821,36 @@ class _Interpreter:
         elif module == "pip":
             self.pip(rest, dynamic)
         else:
+            self.module_files(module, rest, dynamic)
             self.scope.opaque = self.scope.opaque or f"an earlier `python -m {module}` may create files"
+
+    def module_files(self, module: str, rest: list[str], dynamic: set[int]) -> None:
+        """The file operands of `python -m MODULE FILE...` for modules whose operands are files they read."""
+        kind = _MODULE_OPERANDS.get(module)
+        if kind is None or any(a in ("-m", "-p", "-c", "--command", "--package", "--module") for a in rest):
+            return
+        operands: list[str] = []
+        skip = False
+        for index, arg in enumerate(rest):
+            if skip:
+                skip = False
+                continue
+            if arg.startswith("-"):
+                skip = arg in _MODULE_VALUE_OPTIONS and "=" not in arg
+                continue
+            if index in dynamic:
+                return
+            operands.append(arg)
+            if kind == "script":
+                break  # the rest are the script's own arguments
+        if kind == "input" and len(operands) > 1:
+            self.path("parent_dir_exists", operands[1])  # json.tool INFILE OUTFILE
+            operands = operands[:1]
+        for operand in operands:
+            # Tools with many value options: only words that look like paths (E501 after --select is no file).
+            if kind == "paths" and not ("/" in operand or operand in (".", "..") or _FILE_SUFFIX.search(operand)):
+                continue
+            self.path("file_exists" if kind in ("script", "input", "files") else "path_exists", operand)
 
     def cmd_function(self, args: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:
         if args:

@@ -17,13 +17,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from guardrail.gate.fsview import list_dir, path_state, read_text_capped
 
 __all__ = [
     "ClassInfo",
+    "absolute_module",
+    "stdlib_names",
     "ModuleIndex",
     "ModuleInfo",
     "ModuleSymbols",
@@ -181,6 +183,9 @@ class ClassInfo:
     methods: frozenset[str]
     inherits: bool  # has a base other than object: a missing method may be inherited
     bases: tuple[str, ...] = ()  # the base class expressions, as written
+    attrs: frozenset[str] = frozenset()  # every name the class body (or a module-level `C.x = ...`) binds
+    declared: frozenset[str] = frozenset()  # annotated without a value: no class attribute, may be an instance one
+    dynamic: str | None = None  # why a missing attribute is unknown: metaclass, unknown decorator, locals()...
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,10 @@ class ModuleSymbols:
     functions: frozenset[str] = frozenset()
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     error: str | None = None  # unreadable, too big or not valid Python: everything about it is unknown
+    # Module-level imports: local name -> (module, relative level, imported name or "" for `import m`).
+    imports: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    imported: tuple[tuple[str, int], ...] = ()  # every module its top level imports (module, level)
+    dynamic_imports: bool = False  # importlib.import_module/__import__ at module level: more modules may load
 
 
 _SYMBOLS: dict[str, tuple[int, int, ModuleSymbols]] = {}
@@ -238,7 +247,10 @@ def symbols_of_source(text: str) -> ModuleSymbols:
     dynamic = _module_level_dynamic(tree.body)
     path_assigned = False
     import_hooks = False
+    all_dynamic = False
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "__all__":
+            all_dynamic = True  # __all__.extend(...), __all__.append(...)
         if isinstance(node, ast.Global):
             names.update(node.names)  # a function that declares a global may bind it when called
         elif isinstance(node, ast.Attribute) and node.attr in ("meta_path", "path_hooks"):
@@ -252,18 +264,39 @@ def symbols_of_source(text: str) -> ModuleSymbols:
                 if isinstance(target, ast.Name) and target.id == "__path__":
                     path_assigned = True
                 if isinstance(target, ast.Name) and target.id == "__all__":
+                    if _literal_strings(node.value, None) is None:
+                        all_dynamic = True  # __all__ = other.__all__ + [...]: not known statically
                     all_names = _literal_strings(node.value, all_names)
                 if isinstance(target, ast.Subscript):
                     if isinstance(target.value, ast.Call) and _called(target.value, "globals"):
                         dynamic = "assigns into globals()"
                     elif "modules" in ast.unparse(target.value) and ast.unparse(target.slice) == "__name__":
                         dynamic = "replaces itself in sys.modules"
-    if "__getattr__" in names:
-        dynamic = "defines a module-level __getattr__"
+    literals = _module_literals(tree.body)
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef) and statement.name == "__getattr__":
+            served = _static_getattr(statement, literals)
+            if served is None:
+                dynamic = "defines a module-level __getattr__"
+            else:  # it serves a fixed table and raises AttributeError for everything else
+                names |= served
+                names.discard("__getattr__")
+        elif isinstance(statement, ast.ClassDef) and any(_decorator_name(d).endswith("global_enum")
+                                                         for d in statement.decorator_list):
+            names |= {n for n in classes.get(statement.name, ClassInfo(frozenset(), False)).attrs
+                      if not n.startswith("_")}  # enum.global_enum puts the members in the module (re.M)
+    if dynamic in ("updates globals()", "calls globals() at module level"):
+        exported_by_update = _globals_updates(tree.body, classes)
+        if exported_by_update is not None:
+            names |= exported_by_update
+            dynamic = _module_level_dynamic(tree.body, allow_update=True)
+    _class_monkeypatches(tree.body, classes)
+    imports, imported, dynamic_imports = _module_imports(tree.body)
     return ModuleSymbols(
         names=frozenset(names), star_imports=tuple(stars),
-        all_names=None if all_names is None else tuple(all_names), dynamic=dynamic,
+        all_names=None if all_names is None or all_dynamic else tuple(all_names), dynamic=dynamic,
         path_assigned=path_assigned, functions=frozenset(functions), classes=classes, import_hooks=import_hooks,
+        imports=imports, imported=imported, dynamic_imports=dynamic_imports,
     )
 
 
@@ -271,8 +304,9 @@ def _called(node: ast.Call, name: str) -> bool:
     return isinstance(node.func, ast.Name) and node.func.id == name
 
 
-def _module_level_dynamic(body: list[ast.stmt]) -> str | None:
-    """exec/globals()/vars()/locals() run by the module's own top level (not inside a def or class)."""
+def _module_level_dynamic(body: list[ast.stmt], *, allow_update: bool = False) -> str | None:
+    """exec/globals()/vars()/locals() run by the module's own top level (not inside a def or class).
+    With `allow_update`, `globals().update(...)` calls already read statically do not count."""
     stack: list[tuple[ast.AST, ast.AST | None]] = [(node, None) for node in body]
     while stack:
         node, parent = stack.pop()
@@ -280,11 +314,184 @@ def _module_level_dynamic(body: list[ast.stmt]) -> str | None:
             continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
             # globals().get(...) and friends only read; exec, globals() handed to a call, or .update write.
-            reading = isinstance(parent, ast.Attribute) and parent.attr in _READ_ONLY_METHODS
+            reading = isinstance(parent, ast.Attribute) and (
+                parent.attr in _READ_ONLY_METHODS or allow_update and parent.attr == "update")
             if node.func.id == "exec" or not reading:
                 return f"calls {node.func.id}() at module level"
         stack.extend((child, node) for child in ast.iter_child_nodes(node))
     return None
+
+
+def _decorator_name(node: ast.expr) -> str:
+    target = node.func if isinstance(node, ast.Call) else node
+    return ast.unparse(target)
+
+
+def _module_literals(body: list[ast.stmt]) -> dict[str, set[str]]:
+    """Top-level names bound to a literal dict/set/list/tuple of strings: the keys or elements."""
+    out: dict[str, set[str]] = {}
+    for node in body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        strings = _string_keys(value)
+        if strings is None:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                out[target.id] = strings
+    return out
+
+
+def _string_keys(value: ast.expr | None) -> set[str] | None:
+    if isinstance(value, ast.Dict):
+        keys = [k for k in value.keys if k is not None]
+        if len(keys) == len(value.keys) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                for k in keys):
+            return {str(k.value) for k in keys if isinstance(k, ast.Constant)}
+        return None
+    if isinstance(value, ast.Set | ast.List | ast.Tuple):
+        if all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+            return {str(e.value) for e in value.elts if isinstance(e, ast.Constant)}
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in (
+            "dict", "frozenset", "set") and not value.args and all(k.arg for k in value.keywords):
+        return {k.arg for k in value.keywords if k.arg}
+    return None
+
+
+def _static_getattr(func: ast.FunctionDef, literals: dict[str, set[str]]) -> set[str] | None:
+    """The names a module `__getattr__` can serve, when it only serves names it tests against literals (or a
+    literal table) and raises AttributeError for the rest; None when it may serve anything."""
+    if not func.args.args or not func.body:
+        return None
+    param = func.args.args[0].arg
+    last = func.body[-1]
+    if not (isinstance(last, ast.Raise) and last.exc is not None
+            and _decorator_name(last.exc).rpartition(".")[2] == "AttributeError"):
+        return None  # falls through to None (or anything else) for unknown names
+    served: set[str] = set()
+
+    def tested(test: ast.expr) -> set[str] | None:
+        if isinstance(test, ast.BoolOp):
+            parts = [tested(v) for v in test.values]
+            if isinstance(test.op, ast.Or):
+                return None if any(p is None for p in parts) else set().union(*[p for p in parts if p])
+            known = [p for p in parts if p is not None]
+            return set.intersection(*known) if known else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                and test.left.id == param:
+            right = test.comparators[0]
+            if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+                return {right.value}
+            if isinstance(test.ops[0], ast.In):
+                if isinstance(right, ast.Name) and right.id in literals:
+                    return literals[right.id]
+                return _string_keys(right)
+        return None
+
+    def walk(statements: list[ast.stmt], guard: set[str] | None) -> bool:
+        for statement in statements:
+            if isinstance(statement, ast.Return):
+                if guard is None:
+                    return False
+                served.update(guard)
+            elif isinstance(statement, ast.If):
+                names = tested(statement.test)
+                if not walk(statement.body, names if names is not None else guard):
+                    return False
+                if not walk(statement.orelse, guard):
+                    return False
+            elif isinstance(statement, ast.Try):
+                for part in (statement.body, *[h.body for h in statement.handlers], statement.orelse,
+                             statement.finalbody):
+                    if not walk(part, guard):
+                        return False
+            elif isinstance(statement, ast.For | ast.While | ast.With):
+                if any(isinstance(n, ast.Return) for n in ast.walk(statement)) and guard is None:
+                    return False
+            elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            elif any(isinstance(n, ast.Return) for n in ast.walk(statement)):
+                return False
+        return True
+
+    return served if walk(func.body, None) else None
+
+
+def _globals_updates(body: list[ast.stmt], classes: dict[str, ClassInfo]) -> set[str] | None:
+    """Names `globals().update(...)` binds at module level when every such call is a literal, `dict(a=...)`
+    or `SomeEnum.__members__` of a class of this module; None when one of them is not."""
+    found: set[str] = set()
+    for node in ast.walk(ast.Module(body=[n for n in body if not isinstance(
+            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)], type_ignores=[])):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
+                and isinstance(node.func.value, ast.Call) and _called(node.func.value, "globals")):
+            continue
+        if len(node.args) != 1 or node.keywords:
+            return None
+        argument = node.args[0]
+        keys = _string_keys(argument)
+        if keys is None and isinstance(argument, ast.Attribute) and argument.attr == "__members__" \
+                and isinstance(argument.value, ast.Name) and argument.value.id in classes:
+            keys = {n for n in classes[argument.value.id].attrs if not n.startswith("_")}
+        if keys is None:
+            return None
+        found |= keys
+    return found
+
+
+def _class_monkeypatches(body: list[ast.stmt], classes: dict[str, ClassInfo]) -> None:
+    """`C.x = ...` at module level adds x to class C; `setattr(C, ...)` makes its attributes unknown."""
+    for node in body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AugAssign | ast.AnnAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                    and target.value.id in classes:
+                info = classes[target.value.id]
+                classes[target.value.id] = replace(info, attrs=info.attrs | {target.attr})
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _called(node.value, "setattr") \
+                and node.value.args and isinstance(node.value.args[0], ast.Name) \
+                and node.value.args[0].id in classes:
+            name = node.value.args[0].id
+            classes[name] = replace(classes[name], dynamic="setattr() on the class at module level")
+
+
+def _module_imports(body: list[ast.stmt]) -> tuple[dict[str, tuple[str, int, str]], tuple[tuple[str, int], ...],
+                                                   bool]:
+    """Module-level imports (following if/try/with bodies, not defs): what each local name is bound to,
+    every module imported, and whether it imports dynamically at module level."""
+    bound: dict[str, tuple[str, int, str]] = {}
+    modules: list[tuple[str, int]] = []
+    dynamic = False
+    stack = list(body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                modules.append((alias.name, 0))
+                if alias.asname:
+                    bound[alias.asname] = (alias.name, 0, "")
+                else:
+                    top = alias.name.partition(".")[0]
+                    bound.setdefault(top, (top, 0, ""))
+        elif isinstance(node, ast.ImportFrom):
+            modules.append((node.module or "", node.level))
+            for alias in node.names:
+                if alias.name != "*":
+                    bound[alias.asname or alias.name] = (node.module or "", node.level, alias.name)
+                    modules.append((f"{node.module}.{alias.name}" if node.module else alias.name, -node.level - 1))
+        elif isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try | ast.TryStar):
+            for name in ("body", "orelse", "finalbody"):
+                stack.extend(getattr(node, name, []) or [])
+            for handler in getattr(node, "handlers", []) or []:
+                stack.extend(handler.body)
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call) and (_decorator_name(sub).endswith("import_module")
+                                                  or _called(sub, "__import__")):
+                    dynamic = True
+    return bound, tuple(modules), dynamic
 
 
 def _literal_strings(value: ast.expr | None, previous: list[str] | None) -> list[str] | None:
@@ -303,13 +510,7 @@ def _bind_block(body: list[ast.stmt], names: set[str], stars: list[tuple[str, in
             functions.add(node.name)
         elif isinstance(node, ast.ClassDef):
             names.add(node.name)
-            methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-            for n in node.body:
-                if isinstance(n, ast.Assign):
-                    methods.update(t.id for t in n.targets if isinstance(t, ast.Name))
-            inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases) or bool(
-                node.keywords)
-            classes[node.name] = ClassInfo(frozenset(methods), inherits, tuple(ast.unparse(b) for b in node.bases))
+            classes[node.name] = _class_info(node)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 names.add(alias.asname or alias.name.partition(".")[0])
@@ -349,6 +550,47 @@ def _bind_block(body: list[ast.stmt], names: set[str], stars: list[tuple[str, in
             names.add(getattr(getattr(node, "name", None), "id", ""))
 
 
+# Class decorators that add only dunders or fields to a class, never arbitrary attributes.
+_PLAIN_DECORATORS = {"dataclass", "dataclasses.dataclass", "total_ordering", "functools.total_ordering",
+                     "unique", "enum.unique", "final", "typing.final", "runtime_checkable", "typing.runtime_checkable",
+                     "attr.s", "attr.attrs", "attrs.define", "attr.define", "define", "frozen", "attrs.frozen",
+                     "attr.frozen", "mutable", "attrs.mutable", "six.add_metaclass",
+                     "enum.global_enum", "global_enum", "verify", "enum.verify", "attrs", "attr.mutable"}
+_PLAIN_METACLASSES = {"ABCMeta", "abc.ABCMeta", "type"}
+
+
+def _class_info(node: ast.ClassDef) -> ClassInfo:
+    methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for n in node.body:
+        if isinstance(n, ast.Assign):
+            methods.update(t.id for t in n.targets if isinstance(t, ast.Name))
+    attrs: set[str] = set()
+    classes: dict[str, ClassInfo] = {}
+    _bind_block(node.body, attrs, [], set(), classes)
+    declared = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and n.value is None
+                and isinstance(n.target, ast.Name)}
+    attrs -= declared
+    for n in node.body:  # __slots__ entries are member descriptors on the class
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in n.targets):
+            attrs |= set(_literal_strings(n.value, None) or ())
+    inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases) or bool(node.keywords)
+    dynamic = None
+    metaclass = next((ast.unparse(k.value) for k in node.keywords if k.arg == "metaclass"), None)
+    if metaclass is not None and metaclass not in _PLAIN_METACLASSES:
+        dynamic = f"its metaclass {metaclass} may add attributes"
+    unknown = [d for d in node.decorator_list if _decorator_name(d) not in _PLAIN_DECORATORS]
+    if unknown:
+        dynamic = f"decorated with {_decorator_name(unknown[0])}, which may replace or extend it"
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _DYNAMIC_CALLS
+           for n in ast.walk(ast.Module(body=[s for s in node.body if not isinstance(
+               s, ast.FunctionDef | ast.AsyncFunctionDef)], type_ignores=[]))):
+        dynamic = "its body writes locals()/vars() or calls exec()"
+    if any(isinstance(b, ast.Starred) for b in node.bases) or any(k.arg is None for k in node.keywords):
+        dynamic = "its bases are computed"
+    return ClassInfo(frozenset(methods), inherits, tuple(ast.unparse(b) for b in node.bases),
+                     frozenset(attrs), frozenset(declared), dynamic)
+
+
 def _bind_target(target: ast.expr, names: set[str]) -> None:
     if isinstance(target, ast.Name):
         names.add(target.id)
@@ -378,11 +620,15 @@ class ModuleIndex:
 
     def __init__(self, target: TargetPython) -> None:
         self.target = target
+        self._closures: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], frozenset[str],
+                                                       str | None]] = {}
 
     def search_path(self, search: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(search) + self.target.sys_path
 
-    def find(self, dotted: str, search: tuple[str, ...] = ()) -> ModuleInfo:
+    def find(self, dotted: str, search: tuple[str, ...] = (), *, hooks: bool = True) -> ModuleInfo:
+        """Where `dotted` resolves; with `hooks`, a submodule missing from a package whose import runs an
+        import hook is unknown."""
         parts = dotted.split(".")
         if not all(p.isidentifier() for p in parts):
             return ModuleInfo("missing", why=f"{dotted!r} is not a valid module name")
@@ -402,8 +648,21 @@ class ModuleIndex:
                 continue
             if info.kind == "source":
                 return ModuleInfo("missing", why=f"{parent} is a module, not a package", kind="not_package")
+            parent_info = info
             info = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent)
+            if info.status == "missing" and hooks and parent_info.kind == "package" and self._hooked(parent, search):
+                return ModuleInfo("unknown", why=f"{parent} imports a module that installs an import hook")
         return info
+
+    def _hooked(self, package: str, search: tuple[str, ...]) -> bool:
+        """Whether importing `package` runs a module of it that installs an import hook (toolz's tlz)."""
+        loaded, _ = self.closure([package], search, within=package, limit=50)
+        for name in loaded:
+            info = self.find(name, search, hooks=False)
+            path = info.path if info is not None and info.kind in ("source", "package") else ""
+            if path and module_symbols(path).import_hooks:
+                return True
+        return False
 
     def _find_top(self, name: str, search: tuple[str, ...]) -> ModuleInfo:
         if name in self.target.builtins:
@@ -483,8 +742,9 @@ class ModuleIndex:
         return found
 
     def exported(self, dotted: str, search: tuple[str, ...], *, _seen: frozenset[str] = frozenset(),
-                 ) -> tuple[set[str], str | None]:
-        """Names `dotted` binds (with star re-exports), and why missing names are unknown, if they are."""
+                 submodules: bool = True) -> tuple[set[str], str | None]:
+        """Names `dotted` binds (with star re-exports), and why missing names are unknown, if they are.
+        With `submodules` a package's submodules count (``from pkg import sub`` imports them)."""
         info = self.find(dotted, search)
         if info.status != "found":
             return set(), info.why or "module not resolvable"
@@ -497,23 +757,130 @@ class ModuleIndex:
         if symbols.error:
             return set(), symbols.error
         names |= symbols.names
-        if info.kind == "package":
+        if info.kind == "package" and submodules:
             names |= self.submodules(info)
         unknown = symbols.dynamic
+        if info.kind == "package" and not unknown and not _seen:
+            # A package whose __init__ imports a module that installs an import hook (toolz's tlz proxy)
+            # gets its names at run time.
+            _, hooked = self.closure([dotted], search, within=dotted)
+            unknown = hooked
         if len(_seen) > 8:
             return names, unknown or "star imports nest too deep"
         package = dotted if info.kind == "package" else dotted.rpartition(".")[0]
         for module, level in symbols.star_imports:
-            source = _absolute(module, level, package)
+            source = absolute_module(module, level, package)
             if source is None or source in _seen:
                 continue
-            star_names, star_unknown = self.exported(source, search, _seen=_seen | {dotted})
-            names |= star_names
+            star_names, star_unknown = self.exported(source, search, _seen=_seen | {dotted}, submodules=False)
+            star_info = self.find(source, search)
+            star_all = module_symbols(star_info.path).all_names if star_info.kind in ("source", "package") else None
+            # `from m import *` binds m.__all__ when m defines it, else m's public names.
+            names |= set(star_all) if star_all is not None else {n for n in star_names if not n.startswith("_")}
             unknown = unknown or star_unknown
         return names, unknown
 
 
-def _absolute(module: str, level: int, package: str) -> str | None:
+    def closure(self, modules: list[str], search: tuple[str, ...], *, within: str,
+                limit: int = 400) -> tuple[set[str], str | None]:
+        """The modules under `within`'s top-level package that importing `modules` loads (their packages and
+        module-level imports, followed), and why more may load, if they may (dynamic imports, import hooks).
+        Cached until one of the files read, or a directory holding one, changes."""
+        key = (tuple(modules), search, within, limit)
+        cached = self._closures.get(key)
+        if cached is not None and all(_mtime(path) == mtime for path, mtime in cached[0]):
+            return set(cached[1]), cached[2]
+        loaded, uncertain, stamp = self._closure(modules, search, within=within, limit=limit)
+        if len(self._closures) > 5_000:
+            self._closures.clear()
+        self._closures[key] = (stamp, frozenset(loaded), uncertain)
+        return loaded, uncertain
+
+    def _closure(self, modules: list[str], search: tuple[str, ...], *, within: str,
+                 limit: int) -> tuple[set[str], str | None, tuple[tuple[str, int], ...]]:
+        top = within.partition(".")[0]
+        read: dict[str, int] = {}
+        loaded: set[str] = set()
+        uncertain: str | None = None
+        todo = list(modules)
+        while todo and len(loaded) < limit:
+            dotted = todo.pop()
+            parts = dotted.split(".")
+            for depth in range(1, len(parts) + 1):
+                name = ".".join(parts[:depth])
+                if name in loaded or parts[0] != top:
+                    continue
+                info = self.find(name, search, hooks=False)
+                if info.status != "found":
+                    if info.status == "unknown":
+                        uncertain = uncertain or info.why
+                    break
+                loaded.add(name)
+                if info.kind not in ("source", "package"):
+                    if info.kind != "namespace":
+                        uncertain = uncertain or f"{name} is {info.kind}: its imports are not readable"
+                    continue
+                for path in (info.path, os.path.dirname(info.path)):
+                    read[path] = _mtime(path)
+                symbols = module_symbols(info.path)
+                if symbols.error or symbols.import_hooks or symbols.dynamic_imports or symbols.path_assigned:
+                    uncertain = uncertain or f"{name} imports modules dynamically or installs an import hook"
+                package = name if info.kind == "package" else name.rpartition(".")[0]
+                for module, level in symbols.imported:
+                    if level < 0:  # `from X import name`: X.name is loaded when it is a module
+                        candidate = absolute_module(module, -level - 1, package)
+                        if candidate and candidate.partition(".")[0] == top and candidate not in loaded \
+                                and self.find(candidate, search, hooks=False).status == "found":
+                            todo.append(candidate)
+                        continue
+                    absolute = absolute_module(module, level, package)
+                    if absolute and absolute.partition(".")[0] == top and absolute not in loaded:
+                        todo.append(absolute)
+        if todo:
+            uncertain = uncertain or "the import closure is too large to follow"
+        return loaded, uncertain, tuple(read.items())
+
+
+def _mtime(path: str) -> int:
+    state = path_state(path)
+    return state.mtime_ns if state.exists else -1
+
+
+# --------------------------------------------------------------------------- the running interpreter's stdlib
+_STDLIB_NAMES: dict[str, frozenset[str] | None] = {}
+_STDLIB_LOCK = threading.Lock()
+# Standard modules whose import does something visible (opens a browser, prints, needs a display).
+_NEVER_IMPORT = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__hello__", "__phello__",
+                 "pydoc_data", "lib2to3", "ensurepip", "venv", "test", "xxsubtype", "msvcrt", "winreg", "winsound"}
+_DIR_QUERY = "import importlib, json, sys; m = importlib.import_module(sys.argv[1]); print(json.dumps(dir(m)))"
+
+
+def stdlib_names(module: str, target_version: tuple[int, ...], stdlib: frozenset[str]) -> frozenset[str] | None:
+    """The names a standard-library module has at run time (``re.M``, ``errno.ENOENT``), read from this
+    process's own interpreter, in a child started with ``-I -S`` from a neutral directory so that nothing
+    of a workspace or of site-packages is on its path; None when the target runs another Python version,
+    the module is not standard or importing it would have side effects."""
+    top = module.partition(".")[0]
+    if top not in stdlib or top in _NEVER_IMPORT or tuple(target_version[:2]) != sys.version_info[:2]:
+        return None
+    if module in _STDLIB_NAMES:
+        return _STDLIB_NAMES[module]
+    names: frozenset[str] | None = None
+    with tempfile.TemporaryDirectory(prefix="guardrail-stdlib-") as neutral:
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-S", "-c", _DIR_QUERY, module], cwd=neutral,
+                                  capture_output=True, text=True, timeout=5.0,
+                                  env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
+            if proc.returncode == 0:
+                names = frozenset(json.loads(proc.stdout))
+        except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+            names = None
+    with _STDLIB_LOCK:
+        _STDLIB_NAMES[module] = names
+    return names
+
+
+def absolute_module(module: str, level: int, package: str) -> str | None:
     if level == 0:
         return module
     parts = package.split(".") if package else []

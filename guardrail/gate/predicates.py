@@ -14,6 +14,7 @@ FAMILY: dict[str, str] = {
     "importable": "namespace",
     "symbol_defined": "namespace",
     "is_package": "namespace",
+    "attribute_defined": "namespace",
     "module_runnable": "namespace",
     # II: filesystem and working directory
     "file_exists": "filesystem",
@@ -50,6 +51,9 @@ class Predicate:
     out of files the action merely runs (a reproduce script, a test module) and intended side
     effects are reported but never block.
 
+    `attribute_defined(module, "a.b")` is ``module.a.b`` read as attributes at run time: a submodule counts
+    only when something imports it, a class attribute only when its MRO binds it.
+
     `search` holds the sys.path entries the run puts in front of the interpreter's own
     (the script's directory, the cwd for ``-c``, PYTHONPATH from an env assignment).
     `hedge` says why a false outcome must be read as unknown (an earlier part of the same
@@ -64,6 +68,7 @@ class Predicate:
     search: tuple[str, ...] = ()
     hedge: str | None = None
     verdict: tuple[bool, str] | None = None  # (holds, why) decided at extraction time
+    context: tuple[str, ...] = ()  # attribute_defined: the modules the same code imports (they load submodules)
 
     @property
     def family(self) -> str:

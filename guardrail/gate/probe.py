@@ -7,6 +7,8 @@ unknown with the reason in its evidence, and so does every probe after the time 
 
 from __future__ import annotations
 
+import ast
+import builtins
 import os
 import re
 import threading
@@ -14,7 +16,14 @@ import time
 from collections.abc import Callable
 
 from guardrail.gate.fsview import list_dir, path_state, read_text_capped
-from guardrail.gate.index import ClassInfo, ModuleIndex, module_symbols
+from guardrail.gate.index import (
+    ClassInfo,
+    ModuleIndex,
+    ModuleSymbols,
+    absolute_module,
+    module_symbols,
+    stdlib_names,
+)
 from guardrail.gate.predicates import Outcome, Predicate, ProbeResult
 
 __all__ = ["Prober", "line_count", "workspace_files"]
@@ -94,6 +103,91 @@ def _class_methods(name: str, classes: dict[str, ClassInfo], depth: int = 0) -> 
     return methods, None
 
 
+# Standard modules whose base classes' metaclasses set private class attributes (Enum's _member_map_...).
+_MACHINERY = {"enum", "typing", "abc", "ctypes", "dataclasses", "collections"}
+def _test_module_name(path: str) -> tuple[str, tuple[str, ...]]:
+    """The dotted name pytest (prepend import mode) imports a test file under, and the directory it puts first on
+    sys.path: the first directory upward without an __init__.py."""
+    directory = os.path.dirname(path)
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    while "__init__.py" in (list_dir(directory) or ()) and os.path.dirname(directory) != directory:
+        parts.insert(0, os.path.basename(directory))
+        directory = os.path.dirname(directory)
+    dotted = ".".join(parts)
+    return (dotted if all(p.isidentifier() for p in parts) else ""), (directory,)
+
+
+_BUILTIN_FIXTURES = {"tmp_path", "tmpdir", "monkeypatch", "capsys", "capfd", "caplog", "request", "recwarn",
+                     "pytestconfig", "tmp_path_factory", "tmpdir_factory", "capsysbinary", "capfdbinary", "doctest_namespace"}
+
+
+def parametrized_ids(path: str, function: str) -> tuple[set[str] | None, str]:
+    """The pytest ids of a test function parametrized only by literal `parametrize` marks, or (None, why)."""
+    text = read_text_capped(path)
+    if text is None:
+        return None, "unreadable"
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None, "not parseable"
+    if any(isinstance(n, ast.FunctionDef) and n.name == "pytest_generate_tests" for n in tree.body) or \
+            "pytestmark" in text:
+        return None, "the module parametrizes at collection time"
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function), None)
+    if node is None:
+        return None, "not a top-level function"
+    combined: list[str] = [""]
+    covered: set[str] = set()
+    marks = [d for d in node.decorator_list if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("parametrize")]
+    if not marks:
+        return None, "not parametrized by a mark"
+    for mark in reversed(marks):  # the mark nearest the function comes first in the id
+        ids, names = _mark_ids(mark)
+        if ids is None:
+            return None, "generated values"
+        covered |= names
+        combined = [f"{a}-{b}" if a else b for a in combined for b in ids]
+    arguments = {a.arg for a in node.args.args}
+    if arguments - covered - _BUILTIN_FIXTURES:
+        return None, "other fixtures may be parametrized"
+    return (set(combined), "") if len(set(combined)) == len(combined) else (None, "duplicate ids")
+
+
+def _mark_ids(mark: ast.Call) -> tuple[list[str] | None, set[str]]:
+    if len(mark.args) < 2:
+        return None, set()
+    try:
+        argnames = ast.literal_eval(mark.args[0])
+        values = ast.literal_eval(mark.args[1])
+    except (ValueError, SyntaxError, TypeError):
+        return None, set()
+    names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
+    if not isinstance(values, list | tuple):
+        return None, set()
+    explicit = next((k.value for k in mark.keywords if k.arg == "ids"), None)
+    if explicit is not None:
+        try:
+            given = ast.literal_eval(explicit)
+        except (ValueError, SyntaxError, TypeError):
+            return None, set()
+        if isinstance(given, list | tuple) and len(given) == len(values) and all(isinstance(i, str) for i in given):
+            return [str(i) for i in given], set(names)
+        return None, set()
+    ids: list[str] = []
+    for position, value in enumerate(values):
+        parts = value if len(names) > 1 and isinstance(value, tuple | list) else (value,)
+        words = []
+        for name, part in zip(names, parts, strict=False):
+            if isinstance(part, str) and part.isascii() and part.isprintable():
+                words.append(part)
+            elif isinstance(part, bool | int | float) or part is None:
+                words.append(str(part))
+            else:
+                words.append(f"{name}{position}")
+        ids.append("-".join(words))
+    return ids, set(names)
+
+
 class Prober:
     """Decides predicates for one action against one environment snapshot."""
 
@@ -161,12 +255,175 @@ class Prober:
         names, unknown_why = self.index.exported(module, p.search)
         if name in names:
             return ProbeResult(p, Outcome.TRUE, f"{module} defines {name}", {"path": info.path})
+        if module.partition(".")[0] in self.index.target.stdlib:
+            verdict = self._stdlib_verdict(p, module, name)
+            if verdict is not None:
+                return verdict
         if unknown_why:
             return ProbeResult(p, Outcome.UNKNOWN, f"{module} may define {name}: {unknown_why}",
                                {"path": info.path, "why": unknown_why})
         return ProbeResult(p, Outcome.FALSE, f"{module} ({info.path or info.kind}) defines no {name!r}",
                            {"path": info.path, "missing": name,
                             "candidates": sorted(n for n in names if not n.startswith("__"))})
+
+    def _stdlib_verdict(self, p: Predicate, module: str, name: str) -> ProbeResult | None:
+        """For a standard module: whether it has `name`, from the running interpreter's own table."""
+        assert self.index is not None
+        names = stdlib_names(module, self.index.target.version, self.index.target.stdlib)
+        if names is None:
+            return None
+        if name in names:
+            return ProbeResult(p, Outcome.TRUE, f"{module} has {name} at run time", {"decided_by": "stdlib table"})
+        return ProbeResult(p, Outcome.FALSE, f"the standard module {module} has no {name!r}",
+                           {"missing": name, "candidates": sorted(n for n in names if not n.startswith("__")),
+                            "decided_by": "stdlib table"})
+
+    def _attribute_defined(self, p: Predicate) -> ProbeResult:
+        if (early := self._need_index(p)) is not None:
+            return early
+        assert self.index is not None
+        module, path = str(p.args[0]), str(p.args[1])
+        if self.index.find(module, p.search).status != "found":
+            return ProbeResult(p, Outcome.UNKNOWN, f"{module} not resolvable")
+        current: tuple[str, ...] = ("module", module)
+        parts = path.split(".")
+        for depth, part in enumerate(parts):
+            if part.startswith("__") and part.endswith("__"):
+                return ProbeResult(p, Outcome.UNKNOWN, f"{part} is a special attribute")
+            if current[0] == "module":
+                current = self._member(p, current[1], part)
+            elif current[0] == "class":
+                current = self._class_member(current[1], current[2], part, p.search)
+            else:
+                return ProbeResult(p, Outcome.UNKNOWN, f"{'.'.join(parts[:depth])} is a value: its attributes are "
+                                                       "not read statically")
+            if current[0] == "missing":
+                owner = ".".join([module, *parts[:depth]])
+                return ProbeResult(p, Outcome.FALSE, f"{owner} has no attribute {part!r}: {current[1]}",
+                                   {"missing": part, "candidates": list(current[2:])[:2000]})
+            if current[0] == "unknown":
+                return ProbeResult(p, Outcome.UNKNOWN, current[1])
+        return ProbeResult(p, Outcome.TRUE, f"{module}.{path} resolves")
+
+    def _member(self, p: Predicate, module: str, name: str) -> tuple[str, ...]:
+        """What `module.name` is at run time: ("module", dotted), ("class", module, name), ("value",),
+        ("missing", why, *candidates) or ("unknown", why)."""
+        assert self.index is not None
+        index = self.index
+        names, unknown_why = index.exported(module, p.search, submodules=False)
+        info = index.find(module, p.search)
+        if name in names:
+            return self._what_is(module, name, p.search)
+        if info.kind in ("package", "namespace") and name in index.submodules(info):
+            dotted = f"{module}.{name}"
+            loaded, uncertain = index.closure([*p.context, module], p.search, within=module)
+            if dotted in loaded:
+                return ("module", dotted)
+            if module.partition(".")[0] in index.target.stdlib:
+                return ("unknown", f"{dotted} may be imported at interpreter start-up")
+            if uncertain:
+                return ("unknown", f"{dotted} may be imported at run time: {uncertain}")
+            return ("missing", f"{dotted} is a submodule that neither {module} nor this code imports "
+                               f"(`import {dotted}` first)", name)
+        if module.partition(".")[0] in index.target.stdlib:
+            verdict = self._stdlib_verdict(p, module, name)
+            if verdict is not None:
+                return ("value",) if verdict.outcome is Outcome.TRUE else (
+                    "missing", verdict.message, *verdict.evidence.get("candidates", ()))
+        if unknown_why:
+            return ("unknown", f"{module} may define {name}: {unknown_why}")
+        return ("missing", f"{module} ({info.path or info.kind}) defines no {name!r}",
+                *sorted(n for n in names if not n.startswith("__")))
+
+    def _what_is(self, module: str, name: str, search: tuple[str, ...], depth: int = 0) -> tuple[str, ...]:
+        """Follow `name` bound in `module` to the class or module it is, through its imports."""
+        assert self.index is not None
+        info = self.index.find(module, search)
+        if info.kind not in ("source", "package") or depth > 8:
+            return ("value",)
+        symbols = module_symbols(info.path)
+        if name in symbols.classes:
+            return ("class", module, name)
+        if name in symbols.imports:
+            source, level, original = symbols.imports[name]
+            package = module if info.kind == "package" else module.rpartition(".")[0]
+            absolute = absolute_module(source, level, package)
+            if absolute is None:
+                return ("value",)
+            if not original:
+                return ("module", absolute)
+            candidate = f"{absolute}.{original}"
+            if self.index.find(candidate, search).status == "found":
+                return ("module", candidate)
+            if self.index.find(absolute, search).status == "found":
+                return self._what_is(absolute, original, search, depth + 1)
+        return ("value",)
+
+    def _class_member(self, module: str, cls: str, attr: str, search: tuple[str, ...],
+                      depth: int = 0) -> tuple[str, ...]:
+        """Whether class `module.cls` has `attr` through its MRO, read statically."""
+        assert self.index is not None
+        if depth > 12:
+            return ("unknown", "the class hierarchy is too deep to follow")
+        info = self.index.find(module, search)
+        symbols = module_symbols(info.path) if info.kind in ("source", "package") else None
+        if symbols is None or cls not in symbols.classes:
+            return ("unknown", f"{module}.{cls} is not readable statically")
+        klass = symbols.classes[cls]
+        if attr in klass.attrs:
+            return self._what_is_attr(module, cls, attr)
+        if attr in klass.declared:
+            return ("unknown", f"{cls}.{attr} is declared without a value: a field, maybe set on instances")
+        package = module if info.kind == "package" else module.rpartition(".")[0]
+        for base in klass.bases:
+            base = base.partition("[")[0]
+            if base == "object":
+                continue
+            resolved = self._base(module, package, symbols, base, search)
+            if resolved is None:
+                builtin = getattr(builtins, base, None)
+                if isinstance(builtin, type):
+                    if attr in dir(builtin):
+                        return ("value",)
+                    continue
+                return ("unknown", f"{cls} inherits from {base}, which is not readable statically")
+            if resolved[0] in _MACHINERY and attr.startswith("_"):
+                return ("unknown", f"{cls} derives from {resolved[0]}.{resolved[1]}, whose machinery sets "
+                                   "private names")
+            found = self._class_member(resolved[0], resolved[1], attr, search, depth + 1)
+            if found[0] != "missing":
+                return found
+        if klass.dynamic:
+            return ("unknown", f"{cls}: {klass.dynamic}")
+        if depth:
+            return ("missing", f"{cls} does not define it")
+        return ("missing", f"class {cls} (in {module}) and its bases define no {attr!r}",
+                *sorted(a for a in klass.attrs if not a.startswith("__")))
+
+    def _what_is_attr(self, module: str, cls: str, attr: str) -> tuple[str, ...]:
+        return ("value",)
+
+    def _base(self, module: str, package: str, symbols: ModuleSymbols, base: str,
+              search: tuple[str, ...]) -> tuple[str, str] | None:
+        """The (module, class) a base expression names, when it is a class read from source."""
+        assert self.index is not None
+        head, _, rest = base.partition(".")
+        if not rest and head in symbols.classes:
+            return (module, head)
+        if head not in symbols.imports:
+            return None
+        source, level, original = symbols.imports[head]
+        absolute = absolute_module(source, level, package)
+        if absolute is None:
+            return None
+        if not original:  # import abc; class X(abc.ABC)
+            owner, _, name = f"{absolute}.{rest}".rpartition(".") if rest else ("", "", "")
+        else:
+            owner, name = (absolute, original) if not rest else (f"{absolute}.{original}", rest)
+        if not owner or "." in name:
+            return None
+        what = self._what_is(owner, name, search)
+        return (what[1], what[2]) if what[0] == "class" else None
 
     def _is_package(self, p: Predicate) -> ProbeResult:
         if (early := self._need_index(p)) is not None:
@@ -290,11 +547,29 @@ class Prober:
             methods, unresolved = _class_methods(head, symbols.classes)
             if parts[1] in methods:
                 return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} exists")
+            if unresolved and self.index is not None:
+                # A base imported from another module (tests/base.py, unittest): follow it as pytest imports it.
+                module, search = _test_module_name(path)
+                found = self._class_member(module, head, parts[1], search) if module else ("unknown", "")
+                if found[0] == "value":
+                    return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} is inherited")
+                if found[0] == "missing":
+                    return ProbeResult(p, Outcome.FALSE, f"test class {head} in {path} and its bases have no "
+                                                         f"method {parts[1]!r}",
+                                       {"path": path, "missing": parts[1], "candidates": sorted(methods)})
             if unresolved:
                 return ProbeResult(p, Outcome.UNKNOWN, f"{head} inherits from {unresolved}: {parts[1]} may be inherited")
             return ProbeResult(p, Outcome.FALSE, f"test class {head} in {path} has no method {parts[1]!r}",
                                {"path": path, "missing": parts[1], "candidates": sorted(methods)})
         if len(parts) == 1 and head in symbols.names:
+            case = re.search(r"\[(.*)\]$", node)
+            if case is not None and head in symbols.functions:
+                ids, why = parametrized_ids(path, head)
+                if ids is None:
+                    return ProbeResult(p, Outcome.UNKNOWN, f"{head} exists; its ids are not literal ({why})")
+                if case.group(1) not in ids:
+                    return ProbeResult(p, Outcome.FALSE, f"{head} in {path} has no parameter id {case.group(1)!r}",
+                                       {"path": path, "missing": case.group(1), "candidates": sorted(ids)})
             return ProbeResult(p, Outcome.TRUE, f"{path}::{head} exists")
         if symbols.star_imports or symbols.dynamic:
             return ProbeResult(p, Outcome.UNKNOWN, f"{path} imports or builds names dynamically")
