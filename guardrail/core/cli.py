@@ -147,4 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run as `python -m guardrail.core.cli`, this file is `__main__`: the tables' CommandSpec is the
+    # imported module's class, so dispatch through that module, not this copy.
+    from guardrail.core.cli import main as _main
+
+    raise SystemExit(_main())
