@@ -12,7 +12,8 @@ user and system messages, earlier tool calls that succeeded and their results) a
   "order #1042", ``"docs/rollback_3.md"`` from a listing of ``docs`` that holds ``rollback_3.md``.
   Weaker: parts can be recombined into an invention, so the gate also asks the dry run;
 - ``derived``: an amount that is a context number scaled (x10^k, sign, rounding) or one
-  arithmetic step (+ - x /) from two context numbers (halves and percentages included);
+  arithmetic step (+ - x /, or "b percent of a") from two context numbers (2 and 100 need not
+  be written: halves, doubles, percentages);
 - ``schema``: a choice the tool's schema lists, or a value its documentation names;
 - ``trivial``: nothing distinctive to check (``"."``, short words, small integers, booleans).
 
@@ -355,6 +356,8 @@ class ProvenanceContext:
                 guesses.append((value / a, lambda b, a=a: a * b))
             if value != 0:
                 guesses.append((a / value, lambda b, a=a: a / b if b else math.inf))
+            if a != 0:  # "b percent of a"
+                guesses.append((value * 100 / a, lambda b, a=a: a * b / 100))
             for guess, apply in guesses:
                 b = self._near(guess, max(tolerance * (1 + abs(guess)), 1e-9))
                 if b is None and guess in _IMPLICIT_OPERANDS:

@@ -316,7 +316,7 @@ def _probe(harness: DryRunHarness, sandbox: Sandbox, **options: Any) -> tuple[De
 
 def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fabricated_fraction: float = 0.10,
                   ambiguous_fraction: float = 0.05, naive_threshold: float = 0.80, model_latency_s: float = 2.5,
-                  write_interval_s: float = 0.0005, reload_interval_s: float = 0.001,
+                  write_interval_s: float | None = 0.0005, reload_interval_s: float = 0.001,
                   paraphrase_rate: float = 0.0, coincident_rate: float = 0.0, gap_rate: float = 0.0,
                   recombined_rate: float = 0.0, probe_rounds: int = 3, probe_interval_s: float = 0.005,
                   show_progress: bool = False) -> dict[str, Any]:
@@ -329,6 +329,9 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
     - layer: `SelfConsistencyLayer` in a Guard, fed each plan's episode (`ContextMaker`), with
       per-argument agreement and provenance, on a registry probed in `probe_rounds` rounds
       `probe_interval_s` apart with the sandbox's clock advanced between rounds.
+
+    ``write_interval_s=None`` stops the search index's writer: the index is then honest, verified by
+    every probe, and its free-text queries are judged (the plans' labels still call it mis-declared).
     """
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
@@ -594,6 +597,12 @@ def _run(args: argparse.Namespace) -> int:
                                  n_plans=args.sweep_plans, show_progress=not args.json, **options)
     figures["gap_sweep"] = run_stress(name="gap_rate", rates=args.sweep_gap, paraphrase_rate=0.5, coincident_rate=0.5,
                                       n_plans=args.sweep_plans, show_progress=not args.json, **options)
+    # The search index honest (writer stopped) and ambiguous plans six times as common: paraphrased queries judged.
+    quiet = {**options, "write_interval_s": None, "ambiguous_fraction": min(0.30, 1.0 - args.fabricated)}
+    figures["free_text_point"] = _point(run_benchmark(n_plans=args.sweep_plans, paraphrase_rate=0.5,
+                                                      coincident_rate=0.5, **quiet),
+                                        paraphrase_rate=0.5, coincident_rate=0.5)
+    figures["free_text_point"].update(search_index_writer="stopped", ambiguous_fraction=quiet["ambiguous_fraction"])
     figures["recombined_sweep"] = run_stress(name="recombined_rate", rates=args.sweep_recombined, paraphrase_rate=0.5,
                                              coincident_rate=0.5, n_plans=args.sweep_plans,
                                              show_progress=not args.json, **options)
@@ -616,10 +625,13 @@ def _run(args: argparse.Namespace) -> int:
           f"wall {figures['wall_s']:.1f} s")
     columns = ("paraphrase_rate", "coincident_rate", "separated_fp_share", "fabricated_accepted_share",
                "layer_fp_share", "layer_fabricated_accepted_share")
-    for key, extra in (("sweep", ()), ("gap_sweep", ("gap_rate",)), ("recombined_sweep", ("recombined_rate",))):
-        if figures[key]:
-            print(f"\n{key} (record rule: separated_*, fabricated_accepted_share; full layer: layer_*):")
-            print_table([{k: point[k] for k in (*extra, *columns)} for point in figures[key]])
+    tables = (("sweep", figures["sweep"], ()), ("gap_sweep", figures["gap_sweep"], ("gap_rate",)),
+              ("recombined_sweep", figures["recombined_sweep"], ("recombined_rate",)),
+              ("free_text_point (search index writer stopped)", [figures["free_text_point"]], ()))
+    for title, points, extra in tables:
+        if points:
+            print(f"\n{title} (record rule: separated_*, fabricated_accepted_share; full layer: layer_*):")
+            print_table([{k: point[k] for k in (*extra, *columns)} for point in points])
     return 0
 
 
