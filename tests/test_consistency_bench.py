@@ -35,7 +35,7 @@ def test_cli_json_has_the_issue_keys(capsys):
     for scorer in ("naive", "record", "layer"):
         signals = figures["scorers"][scorer]["signals"]
         assert sum(sum(rules.values()) for rules in signals.values()) == figures["n_in_scope"]
-    assert set(figures["probes"]) == {"record_two_calls", "rounds_3_interval_5ms", "same_with_sandbox_clock_advanced"}
+    assert set(figures["probes"]) == {"record_two_calls", "rounds_3_interval_20ms", "same_with_sandbox_clock_advanced"}
 
 
 def test_paraphrased_healthy_plans_are_never_rejected_and_coincident_fabrications_all_run():

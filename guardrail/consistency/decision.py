@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from guardrail.consistency.arguments import ArgumentSpec, without_free_text
+from guardrail.consistency.arguments import ArgumentKind, ArgumentSpec, without_free_text
 from guardrail.consistency.canonical import (
     canonical_args,
     canonical_args_data,
@@ -404,8 +404,11 @@ def classify_plan(samples: Sequence[PlanSample], registry: DeterminismRegistry,
         return check_arguments(data[i], schemas[i][1], context or _EMPTY, docs)
 
     docs_cache: dict[str, ProvenanceContext] = {}
+    if decided.reason == "free_text_varies" and not _free_text_grounded(
+            samples, keys, registry, lambda i: report_for(i, docs_cache)):
+        decided = record  # the wording varies, but some variant names a code nothing supports: the record stands
     if decided.decision is PlanDecision.REJECT:
-        if _every_variant_grounded(samples, judged_keys, registry, lambda i: report_for(i, docs_cache)):
+        if _every_variant_grounded(samples, keys, registry, lambda i: report_for(i, docs_cache)):
             decided = _Rule(PlanDecision.ACCEPT, "grounded_choice",
                             f"{n} sampled plans chose among {len(set(judged_keys))} different argument sets for "
                             f"{tool!r} (agreement {judged_agreement:.2f}), but every one is grounded in what the "
@@ -455,6 +458,21 @@ def _every_variant_grounded(samples: Sequence[PlanSample], judged_keys: Sequence
                                                                          for i in indices):
             continue
         if not report(indices[0]).whole:
+            return False
+    return True
+
+
+def _free_text_grounded(samples: Sequence[PlanSample], keys: Sequence[tuple[str, bytes]],
+                        registry: DeterminismRegistry, report: Any) -> bool:
+    """No variant's free text mentions a code (``INC-3fa9c2``) that nothing supports, unless its dry run found it."""
+    first: dict[tuple[str, bytes], int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    for key, i in first.items():
+        if _confirms(registry.schema(samples[i].tool)) and any(
+                found_by_dry_run(samples[j]) for j, other in enumerate(keys) if other == key):
+            continue
+        if any(g.kind is ArgumentKind.FREE_TEXT and not g.grounded for g in report(i).checked):
             return False
     return True
 

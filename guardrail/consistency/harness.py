@@ -53,7 +53,7 @@ class DryRunHarness:
             return target.invoke(dict(args))  # a LangChain tool
         return target(**args)
 
-    def probe(self, registry: DeterminismRegistry, *, rounds: int = 3, interval_s: float = 0.005,
+    def probe(self, registry: DeterminismRegistry, *, rounds: int = 3, interval_s: float = 0.02,
               advance: Callable[[], None] | None = None) -> dict[str, ProbeOutcome]:
         """The start-up determinism probe of every declared-deterministic tool, in this sandbox
         (`rounds`, `interval_s`, `advance`: see `DeterminismRegistry.probe`)."""

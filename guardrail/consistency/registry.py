@@ -237,7 +237,7 @@ class DeterminismRegistry:
                 entry.evidence = {}
 
     def probe(self, runner: ToolRunner, *, epoch: EpochSource, tools: Iterable[str] | None = None,
-              rounds: int = 3, interval_s: float = 0.005,
+              rounds: int = 3, interval_s: float = 0.02,
               advance: Callable[[], None] | None = None) -> dict[str, ProbeOutcome]:
         """Probe each declared-deterministic tool: `rounds` identical calls must return byte-identical results.
 

@@ -314,12 +314,29 @@ def _probe(harness: DryRunHarness, sandbox: Sandbox, **options: Any) -> tuple[De
     return registry, {"misdeclared": registry.misdeclared, "ms": (time.perf_counter() - started) * 1e3}
 
 
+def _probe_trials(harness: DryRunHarness, sandbox: Sandbox, variants: dict[str, dict[str, Any]],
+                  trials: int) -> dict[str, Any]:
+    """Each probe variant `trials` times on fresh registries: how often it flags each tool, and what it costs."""
+    out: dict[str, Any] = {}
+    for name, options in variants.items():
+        flagged: Counter[str] = Counter()
+        ms = []
+        for _ in range(trials):
+            _, outcome = _probe(harness, sandbox, **options)
+            flagged.update(outcome["misdeclared"])
+            ms.append(outcome["ms"])
+        out[name] = {"trials": trials, "flagged": {tool: flagged[tool] for tool in MISDECLARED},
+                     "honest_flagged": sum(n for tool, n in flagged.items() if tool not in MISDECLARED),
+                     "median_ms": statistics.median(ms)}
+    return out
+
+
 def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fabricated_fraction: float = 0.10,
                   ambiguous_fraction: float = 0.05, naive_threshold: float = 0.80, model_latency_s: float = 2.5,
                   write_interval_s: float | None = 0.0005, reload_interval_s: float = 0.001,
                   paraphrase_rate: float = 0.0, coincident_rate: float = 0.0, gap_rate: float = 0.0,
-                  recombined_rate: float = 0.0, probe_rounds: int = 3, probe_interval_s: float = 0.005,
-                  show_progress: bool = False) -> dict[str, Any]:
+                  recombined_rate: float = 0.0, probe_rounds: int = 3, probe_interval_s: float = 0.02,
+                  probe_trials: int = 0, show_progress: bool = False) -> dict[str, Any]:
     """Run the three scorers over the same sampled plans in one sandbox; return the figures.
 
     - naive: one combined (tool, arguments, result) agreement (`NaiveCombinedScorer`);
@@ -337,12 +354,21 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
     with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
             root, seed=seed, write_interval_s=write_interval_s, reload_interval_s=reload_interval_s) as sandbox:
         harness = DryRunHarness(typed_tools(sandbox.tools), epoch=sandbox.epoch)
-        registry, record_probe = _probe(harness, sandbox, rounds=2, interval_s=0.0)
-        by_probe = registry.misdeclared
-        _, default_probe = _probe(harness, sandbox, rounds=probe_rounds, interval_s=probe_interval_s)
         ttl = sandbox.user_cache.ttl_s
-        layer_registry, layer_probe = _probe(harness, sandbox, rounds=probe_rounds, interval_s=probe_interval_s,
-                                             advance=lambda: sandbox.tick(ttl + 1.0))
+        variants: dict[str, dict[str, Any]] = {
+            "record_two_calls": {"rounds": 2, "interval_s": 0.0},
+            f"rounds_{probe_rounds}_interval_{probe_interval_s * 1e3:g}ms": {"rounds": probe_rounds,
+                                                                             "interval_s": probe_interval_s},
+            "same_with_sandbox_clock_advanced": {"rounds": probe_rounds, "interval_s": probe_interval_s,
+                                                 "advance": lambda: sandbox.tick(ttl + 1.0)}}
+        trials = _probe_trials(harness, sandbox, variants, probe_trials) if probe_trials else {}
+        probes = {}
+        for name, options in variants.items():
+            probed, probes[name] = _probe(harness, sandbox, **options)
+            if name == "record_two_calls":
+                registry, record_probe = probed, probes[name]
+            layer_registry = probed  # the last: the layer's
+        by_probe = registry.misdeclared
         gate = ConsistencyGate(registry, GateThresholds(min_samples=min(5, n_samples)), per_argument=False,
                                provenance=False)
         layer = SelfConsistencyLayer(ConsistencyGate(layer_registry, GateThresholds(min_samples=min(5, n_samples))))
@@ -393,9 +419,8 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             t1 = time.perf_counter_ns()
             verdict = gate.evaluate(samples)
             t2 = time.perf_counter_ns()
-            layer_verdict = _layer_verdict(guard, layer, context, plan, samples)
-            t3 = time.perf_counter_ns()
-            for name, elapsed in (("naive", t1 - t0), ("record", t2 - t1), ("layer", t3 - t2)):
+            layer_verdict, layer_ns = _layer_verdict(guard, layer, context, plan, samples)
+            for name, elapsed in (("naive", t1 - t0), ("record", t2 - t1), ("layer", layer_ns)):
                 tallies[name].us.append(elapsed / 1e3 / len(samples))
             if plan.kind == HEALTHY and misdeclared and combined < 1.0:
                 misdeclared_agreement.append(combined)
@@ -431,9 +456,8 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             "misdeclared_truth": list(MISDECLARED),
             "misdeclared_by_probe": by_probe,
             "misdeclared_by_quarantine": [t for t in found if t not in by_probe],
-            "probes": {"record_two_calls": record_probe,
-                       f"rounds_{probe_rounds}_interval_{probe_interval_s * 1e3:g}ms": default_probe,
-                       "same_with_sandbox_clock_advanced": layer_probe},
+            "probes": probes,
+            "probe_trials": trials,
             "layer_misdeclared_found": layer_registry.misdeclared,
             "n_samples_per_plan": n_samples,
             "n_in_scope": sum(kinds.values()),
@@ -467,8 +491,9 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
 
 
 def _layer_verdict(guard: Guard, layer: SelfConsistencyLayer, context: PlanContext, plan: SampledPlan,
-                   samples: list[PlanSample]) -> PlanVerdict:
-    """The full layer's verdict on one plan, through a Guard episode that holds the plan's task and earlier calls."""
+                   samples: list[PlanSample]) -> tuple[PlanVerdict, int]:
+    """The full layer's verdict on one plan, through a Guard episode that holds the plan's task and earlier calls,
+    and the nanoseconds the Guard's `before_action` took (the episode's own start, steps and finish not counted)."""
     ctx = guard.start_episode(task=context.task)
     try:
         for step in context.steps():
@@ -476,8 +501,10 @@ def _layer_verdict(guard: Guard, layer: SelfConsistencyLayer, context: PlanConte
         chosen = modal_index(samples, layer.gate.registry)
         call_id = f"plan-{plan.index}"
         layer.stage(ctx, samples, call_id=call_id)
-        guard.before_action(ctx, Action.tool_call(plan.tool, samples[chosen].args, call_id=call_id))
-        return layer.verdicts(ctx)[-1]
+        action = Action.tool_call(plan.tool, samples[chosen].args, call_id=call_id)
+        started = time.perf_counter_ns()
+        guard.before_action(ctx, action)
+        return layer.verdicts(ctx)[-1], time.perf_counter_ns() - started
     finally:
         guard.on_finish(ctx)
 
@@ -553,7 +580,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recombined", type=float, default=0.0,
                         help="share of fabricated plans built from parts of the episode (file names, numbers)")
     parser.add_argument("--probe-rounds", type=int, default=3, help="determinism probe rounds for the layer")
-    parser.add_argument("--probe-interval-ms", type=float, default=5.0, help="time between probe rounds")
+    parser.add_argument("--probe-interval-ms", type=float, default=20.0, help="time between probe rounds")
+    parser.add_argument("--probe-trials", type=int, default=10,
+                        help="repeat each probe variant this often on fresh registries (flag rates, median ms)")
     parser.add_argument("--sweep-paraphrase", type=float, nargs="*", default=list(SWEEP_PARAPHRASE),
                         help="paraphrase rates of the sweep (none: no sweep)")
     parser.add_argument("--sweep-coincident", type=float, nargs="*", default=list(SWEEP_COINCIDENT),
@@ -591,7 +620,8 @@ def _run(args: argparse.Namespace) -> int:
                "reload_interval_s": args.reload_interval_ms / 1e3, "probe_rounds": args.probe_rounds,
                "probe_interval_s": args.probe_interval_ms / 1e3}
     figures = run_benchmark(n_plans=args.plans, paraphrase_rate=args.paraphrase, coincident_rate=args.coincident,
-                            gap_rate=args.gap, recombined_rate=args.recombined, show_progress=not args.json, **options)
+                            gap_rate=args.gap, recombined_rate=args.recombined, probe_trials=args.probe_trials,
+                            show_progress=not args.json, **options)
     figures["sweep"] = run_sweep(paraphrase_rates=args.sweep_paraphrase,
                                  coincident_rates=args.sweep_coincident if args.sweep_paraphrase else [],
                                  n_plans=args.sweep_plans, show_progress=not args.json, **options)
@@ -621,6 +651,9 @@ def _run(args: argparse.Namespace) -> int:
           f"truth: {figures['misdeclared_truth']})")
     print("probes: " + "; ".join(f"{name}: {p['misdeclared']} in {p['ms']:.1f} ms"
                                  for name, p in figures["probes"].items()))
+    for name, trial in figures["probe_trials"].items():
+        print(f"  {name}: flagged {trial['flagged']} of {trial['trials']} trials "
+              f"(honest tools flagged {trial['honest_flagged']}), median {trial['median_ms']:.1f} ms")
     print(f"plans: {figures['n_plans']} ({figures['n_by_kind']}, {figures['n_out_of_scope']} out of scope), "
           f"wall {figures['wall_s']:.1f} s")
     columns = ("paraphrase_rate", "coincident_rate", "separated_fp_share", "fabricated_accepted_share",
