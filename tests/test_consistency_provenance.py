@@ -228,3 +228,10 @@ def test_the_context_index_is_bounded():
     context.add("ORD-2042 appears only after the cap")
     assert context.truncated and context.chars <= 1000
     assert not context.contains("ORD-2042")
+
+
+def test_a_huge_tool_result_is_read_only_up_to_the_cap():
+    context = ProvenanceContext(max_item_chars=5_000)
+    context.add({"rows": [{"id": f"ORD-{i}"} for i in range(100_000)]})
+    assert context.truncated and context.chars <= 5_100
+    assert context.contains("ORD-7") and not context.contains("ORD-99999")

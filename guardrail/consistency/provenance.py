@@ -30,7 +30,6 @@ import json
 import math
 import re
 import unicodedata
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ _ISO_DATE = re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
 _NUMERIC_DATE = re.compile(r"(?<!\d)(\d{1,2})[-/.](\d{1,2})[-/.](\d{4})(?!\d)")
 _MONTH_FIRST = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b")
 _DAY_FIRST = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?,?\s+(\d{{4}})\b")
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
 _SMALL_INTEGER = 10  # integers up to this size are too common to carry provenance
 _IMPLICIT_OPERANDS = (2.0, 100.0)  # halves/doubles and percentages need no number written in the text
 
@@ -198,7 +198,7 @@ class ProvenanceContext:
         self._chars = 0
         self._atoms: set[str] = set()
         self._dates: set[str] = set()
-        self._numbers: deque[float] = deque()
+        self._numbers: dict[float, None] = {}  # an ordered set: oldest first
         self._sorted: list[float] | None = None
         self._joined: str | None = None
         self._seen: set[int] = set()
@@ -253,10 +253,7 @@ class ProvenanceContext:
         if isinstance(item, str):
             text = item
         else:
-            try:
-                text = json.dumps(item, ensure_ascii=False, default=str)
-            except (TypeError, ValueError, RecursionError):
-                text = str(item)
+            text = self._bounded_json(item)
         if len(text) > self.max_item_chars:
             text, self.truncated = text[: self.max_item_chars], True
         room = self.max_chars - self._chars
@@ -285,12 +282,25 @@ class ProvenanceContext:
             if math.isfinite(number):
                 self._remember(number)
 
+    def _bounded_json(self, item: Any) -> str:
+        """JSON text of a tool result, encoded only up to `max_item_chars` (a 10 MB result costs no more)."""
+        parts: list[str] = []
+        size = 0
+        try:
+            for chunk in _JSON.iterencode(item):
+                parts.append(chunk)
+                size += len(chunk)
+                if size > self.max_item_chars:
+                    break
+        except (TypeError, ValueError, RecursionError):
+            return str(item)[: self.max_item_chars + 1]
+        return "".join(parts)
+
     def _remember(self, number: float) -> None:
-        if number in self._numbers:
-            self._numbers.remove(number)
-        self._numbers.append(number)
-        while len(self._numbers) > self.max_numbers:
-            self._numbers.popleft()
+        self._numbers.pop(number, None)  # seen again: now the most recent
+        self._numbers[number] = None
+        if len(self._numbers) > self.max_numbers:
+            del self._numbers[next(iter(self._numbers))]
         self._sorted = None
 
     # ------------------------------------------------------------------ lookups
