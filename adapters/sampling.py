@@ -54,7 +54,7 @@ __all__ = ["GatedCall", "GatedStep", "SamplingChatCompletionClient", "aligned_ba
            "sampling_model_node", "sandbox_tools"]
 
 EpisodeSource = EpisodeContext | Callable[[], EpisodeContext]
-_GATING_CHECKS = ("hallucinated_arguments", "epoch_not_fixed")
+_GATING_CHECKS = ("hallucinated_arguments", "ungrounded_argument", "epoch_not_fixed")
 
 
 def sandbox_tools(tools: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
@@ -199,10 +199,10 @@ class StepSampler:
         return chosen, aligned_batches(candidates, chosen)
 
     def _staged(self, ctx: EpisodeContext, position: int, proposed: ProposedCall,
-                samples: list[PlanSample]) -> tuple[Action, Finding | None, str, int]:
+                samples: list[PlanSample], context: Sequence[Any]) -> tuple[Action, Finding | None, str, int]:
         call_id = proposed.call_id or f"consistency-{id(samples)}-{position}"
         before = len(self.layer.verdicts(ctx))
-        self.layer.stage(ctx, samples, call_id=call_id)
+        self.layer.stage(ctx, samples, call_id=call_id, context=context)
         action, problem = self._action(proposed, call_id)
         return action, problem, call_id, before
 
@@ -226,10 +226,13 @@ class StepSampler:
                     raise HallucinationGateError(gating[0].message, call.verdict)
         return step
 
-    def gate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None) -> GatedStep:
+    def gate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None,
+                  context: Sequence[Any] = ()) -> GatedStep:
         """Dry-run every call of the candidates, gate each call of the modal candidate, and say which to use.
 
         When the modal candidate calls no tool (most candidates answered in text) there is nothing to gate.
+        `context`: what the model was shown besides the episode (user, system and tool messages; never its
+        own), for the layer's provenance check.
         """
         chosen, batches = self._plan(candidates)
         if not batches:
@@ -238,13 +241,14 @@ class StepSampler:
         calls = []
         for position, batch in enumerate(batches):
             samples = self.harness.run(batch)
-            action, problem, call_id, before = self._staged(ctx, position, batch[chosen], samples)
+            action, problem, call_id, before = self._staged(ctx, position, batch[chosen], samples, context)
             decision = with_problem(safe_decision("before_action", partial(self.guard.before_action, ctx, action)),
                                     problem, self.guard, ctx)
             calls.append(self._gated_call(ctx, position, call_id, decision, before, samples))
         return self._finish(chosen, calls)
 
-    async def agate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None) -> GatedStep:
+    async def agate_step(self, candidates: Sequence[Candidate], *, ctx: EpisodeContext | None = None,
+                         context: Sequence[Any] = ()) -> GatedStep:
         """As `gate_step`; the dry runs of all calls go concurrently, the Guard runs off the event loop."""
         chosen, batches = self._plan(candidates)
         if not batches:
@@ -253,7 +257,7 @@ class StepSampler:
         all_samples = await asyncio.gather(*(self.harness.arun(batch) for batch in batches))
         calls = []
         for position, (batch, samples) in enumerate(zip(batches, all_samples, strict=True)):
-            action, problem, call_id, before = self._staged(ctx, position, batch[chosen], samples)
+            action, problem, call_id, before = self._staged(ctx, position, batch[chosen], samples, context)
             decision = with_problem(
                 await asafe_decision("before_action", partial(self.guard.abefore_action, ctx, action)),
                 problem, self.guard, ctx)
@@ -308,6 +312,15 @@ def _langchain_calls(response: Any) -> list[ProposedCall]:
     if message is None:
         return []
     return [ProposedCall(call["name"], call.get("args", {}), call_id=call.get("id")) for call in message.tool_calls]
+
+
+def _langchain_seen(messages: Sequence[Any], system: Any = None) -> list[str]:
+    """What the model was shown, for provenance: system, user and tool messages (never its own)."""
+    from langchain_core.messages import AIMessage
+
+    seen = [content_text(getattr(system, "content", system))] if system is not None else []
+    seen += [content_text(m.content) for m in messages if not isinstance(m, AIMessage) and hasattr(m, "content")]
+    return [text for text in seen if text]
 
 
 def _langchain_outcome(response: Any, step: GatedStep) -> Any:
@@ -370,14 +383,18 @@ class SelfConsistencyMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-typ
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         responses = [handler(request) for _ in range(self.sampler.n)]
         step = self.sampler.gate_step([_langchain_calls(response) for response in responses],
-                                      ctx=self._context(request))
+                                      ctx=self._context(request), context=_request_seen(request))
         return _langchain_outcome(responses[step.chosen], step)
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         responses = await asyncio.gather(*(handler(request) for _ in range(self.sampler.n)))
         step = await self.sampler.agate_step([_langchain_calls(response) for response in responses],
-                                             ctx=self._context(request))
+                                             ctx=self._context(request), context=_request_seen(request))
         return _langchain_outcome(responses[step.chosen], step)
+
+
+def _request_seen(request: Any) -> list[str]:
+    return _langchain_seen(getattr(request, "messages", None) or [], getattr(request, "system_message", None))
 
 
 def sampling_model_node(model: Any, sampler: StepSampler) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -392,7 +409,8 @@ def sampling_model_node(model: Any, sampler: StepSampler) -> Callable[[dict[str,
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
         responses = [model.invoke(state["messages"]) for _ in range(sampler.n)]
-        step = sampler.gate_step([_langchain_calls(response) for response in responses])
+        step = sampler.gate_step([_langchain_calls(response) for response in responses],
+                                 context=_langchain_seen(state["messages"]))
         return {"messages": [_langchain_outcome(responses[step.chosen], step)]}
 
     return node
@@ -416,6 +434,25 @@ def _autogen_calls(result: CreateResult) -> list[ProposedCall]:
     if isinstance(content, list):
         return [ProposedCall(call.name, call.arguments, call_id=call.id) for call in content]
     return []
+
+
+def _autogen_seen(messages: Sequence[Any]) -> list[str]:
+    """What the model was shown, for provenance: system and user messages and tool results that did not fail."""
+    seen: list[str] = []
+    for message in messages:
+        if type(message).__name__ == "AssistantMessage":
+            continue  # the model's own words are not evidence
+        content = getattr(message, "content", None)
+        if isinstance(content, list):
+            for part in content:
+                if getattr(part, "is_error", False):
+                    continue
+                text = getattr(part, "content", part)
+                if isinstance(text, str):
+                    seen.append(text)
+        elif isinstance(content, str):
+            seen.append(content)
+    return [text for text in seen if text]
 
 
 def _autogen_outcome(result: CreateResult, step: GatedStep) -> CreateResult:
@@ -445,7 +482,8 @@ class SamplingChatCompletionClient(_ClientBase):  # type: ignore[misc,valid-type
 
     async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
         results = await asyncio.gather(*(self.inner.create(messages, **kwargs) for _ in range(self.sampler.n)))
-        step = await self.sampler.agate_step([_autogen_calls(result) for result in results])
+        step = await self.sampler.agate_step([_autogen_calls(result) for result in results],
+                                             context=_autogen_seen(messages))
         return _autogen_outcome(results[step.chosen], step)
 
     async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:

@@ -353,3 +353,30 @@ async def test_async_samples_are_drawn_concurrently_in_both_frameworks():
                                           guard=guard, layer=layer, harness=harness, episode=ctx, n=5)
     await client.create([])
     assert autogen_flight.most == 5
+
+
+# ---------------------------------------------------------------------------- provenance from the conversation
+def test_langchain_a_coincident_invention_is_blocked_and_a_named_order_is_grounded_in_the_messages():
+    # All five samples invent the same order: agreement 1.0, so only provenance can see it.
+    turns = [get_order_call("ORD-77", f"c{i}") for i in range(5)]
+    agent, model, layer, ctx, executed, _ = langchain_agent(turns)
+    out = agent.invoke({"messages": [("user", "where is my order?")]})
+    assert executed == []
+    assert "ungrounded_argument" in out["messages"][-1].content
+    assert (layer.verdicts(ctx)[0].reason, layer.verdicts(ctx)[0].record_decision.value) == (
+        "ungrounded_identifier", "accept")
+    # The episode's task does not name ORD-1; the user's message does, and the middleware passes it on.
+    turns = [get_order_call("ORD-1", f"c{i}") for i in range(5)] + [AIMessage(content="It shipped.")] * 5
+    agent, model, layer, ctx, executed, _ = langchain_agent(turns)
+    agent.invoke({"messages": [("user", "where is ORD-1?")]})
+    assert executed == ["ORD-1"]
+    assert layer.verdicts(ctx)[0].provenance.checked[0].grounded_by == "context"
+
+
+async def test_autogen_a_coincident_invention_is_blocked_and_strict_mode_raises():
+    agent, layer, ctx, executed = autogen_agent([autogen_result("ORD-77", f"c{i}") for i in range(5)])
+    result = await agent.run(task="where is my order?")
+    assert executed == [] and "ungrounded_argument" in result.messages[-1].content
+    agent, *_ = autogen_agent([autogen_result("ORD-77", f"c{i}") for i in range(5)], strict=True)
+    with pytest.raises(HallucinationGateError):
+        await agent.run(task="where is my order?")

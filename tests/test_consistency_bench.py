@@ -9,22 +9,33 @@ from traces.bench.consistency import run_benchmark
 from traces.bench.consistency_sandbox import MISDECLARED
 
 REQUIRED = ("naive_fp_share", "separated_fp_share", "fabricated_recall_naive", "fabricated_recall_separated",
-            "fabricated_accepted_share", "misdeclared_found", "n_plans", "added_us_per_sample", "sweep")
-SWEEP_KEYS = {"paraphrase_rate", "coincident_rate", "separated_fp_share", "fabricated_accepted_share"}
+            "fabricated_accepted_share", "layer_fp_share", "layer_fabricated_accepted_share",
+            "misdeclared_found", "n_plans", "added_us_per_sample", "sweep")
+SWEEP_KEYS = {"paraphrase_rate", "coincident_rate", "separated_fp_share", "fabricated_accepted_share",
+              "naive_fp_share", "naive_fabricated_accepted_share", "layer_fp_share", "layer_fabricated_accepted_share"}
 
 
 def test_cli_json_has_the_issue_keys(capsys):
     assert main(["bench", "consistency", "--json", "--plans", "120", "--seed", "2", "--sweep-plans", "60",
-                 "--sweep-paraphrase", "0", "0.5", "--sweep-coincident", "0", "1"]) == 0
+                 "--sweep-paraphrase", "0", "0.5", "--sweep-coincident", "0", "1", "--sweep-gap", "0.2",
+                 "--sweep-recombined", "1"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert set(REQUIRED) <= set(figures)
     assert figures["n_plans"] == 120
-    for key in REQUIRED[:5]:
+    for key in REQUIRED[:7]:
         assert figures[key] is None or 0.0 <= figures[key] <= 1.0
     assert figures["added_us_per_sample"] > 0
     assert [(p["paraphrase_rate"], p["coincident_rate"]) for p in figures["sweep"]] == [
         (0.0, 0.0), (0.0, 1.0), (0.5, 0.0), (0.5, 1.0)]
     assert all(SWEEP_KEYS <= set(point) for point in figures["sweep"])
+    assert [p["gap_rate"] for p in figures["gap_sweep"]] == [0.2]
+    assert [p["recombined_rate"] for p in figures["recombined_sweep"]] == [1.0]
+    assert figures["free_text_point"]["search_index_writer"] == "stopped"
+    # The per-signal breakdown: every in-scope plan is counted once per scorer, under the rule that decided it.
+    for scorer in ("naive", "record", "layer"):
+        signals = figures["scorers"][scorer]["signals"]
+        assert sum(sum(rules.values()) for rules in signals.values()) == figures["n_in_scope"]
+    assert set(figures["probes"]) == {"record_two_calls", "rounds_3_interval_20ms", "same_with_sandbox_clock_advanced"}
 
 
 def test_paraphrased_healthy_plans_are_never_rejected_and_coincident_fabrications_all_run():
@@ -33,9 +44,20 @@ def test_paraphrased_healthy_plans_are_never_rejected_and_coincident_fabrication
                             paraphrase_rate=1.0)
     assert healthy["separated_rejections"] == 0 and healthy["naive_rejections"] <= healthy["n_in_scope"]
     # A model that fabricates the same value in every sample defeats self-consistency: all of them would run.
+    assert healthy["layer_rejections"] == 0  # nor by the full layer: each value is in its episode, or derived from it
     coincident = run_benchmark(n_plans=150, seed=4, fabricated_fraction=1.0, ambiguous_fraction=0.0,
                                coincident_rate=1.0)
     assert coincident["fabricated_accepted_share"] == 1.0 and coincident["separated_rejections"] == 0
+    # Provenance sees what agreement cannot: none of those inventions appears in the episode, none is found.
+    assert coincident["layer_fabricated_accepted_share"] == 0.0
+    assert set(coincident["scorers"]["layer"]["signals"]["fabricated"]) == {"reject/ungrounded_identifier"}
+
+
+def test_ambiguous_plans_the_record_rejects_are_choices_among_real_things_for_the_layer():
+    figures = run_benchmark(n_plans=300, seed=6, fabricated_fraction=0.0, ambiguous_fraction=1.0)
+    assert figures["separated_rejections"] > 20  # the record's false positives: one of several fitting files
+    assert figures["layer_rejections"] == 0
+    assert figures["scorers"]["layer"]["signals"]["ambiguous"]["accept/grounded_choice"] > 20
 
 
 def test_honest_tools_are_never_reported_as_misdeclared():

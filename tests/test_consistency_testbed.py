@@ -122,3 +122,44 @@ def test_harness_turns_tool_failures_and_bad_json_into_observed_errors(sandbox):
     assert bad_json.error.startswith("JSONDecodeError")
     assert unknown.error.startswith("LookupError")
     assert outside.error.startswith("PermissionError")
+
+
+def test_probe_rounds_with_the_sandbox_time_advanced_catch_the_cache_expiry(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+
+    def time_passes():  # what the sandbox does on its own between two batches: a sync, then the TTL runs out
+        sandbox.directory_sync.trigger()
+        sandbox.tick(sandbox.user_cache.ttl_s + 1)
+
+    DryRunHarness(sandbox.tools, epoch=sandbox.epoch).probe(registry, advance=time_passes)
+    assert registry.misdeclared == ["resolve_user"]
+    assert "3 identical probe calls" in registry.reason("resolve_user")
+
+
+def test_probe_rounds_catch_the_search_index_when_writes_land_between_rounds(sandbox):
+    registry = DeterminismRegistry(sandbox.schemas())
+    outcomes = DryRunHarness(sandbox.tools, epoch=sandbox.epoch).probe(
+        registry, rounds=3, interval_s=0.0, advance=lambda: [sandbox.writer.trigger() for _ in range(25)])
+    assert registry.misdeclared == ["search_index"]
+    assert outcomes["search_index"].first != outcomes["search_index"].second
+
+
+def test_probe_rounds_leave_the_statuses_alone_when_the_epoch_moves(sandbox):
+    from guardrail.consistency import EpochNotFixedError
+
+    registry = DeterminismRegistry(sandbox.schemas())
+    epochs = iter(["e1", "e2"])
+    with pytest.raises(EpochNotFixedError, match="moved"):
+        registry.probe(DryRunHarness(sandbox.tools, epoch="e").call, epoch=lambda: next(epochs))
+    assert set(registry.statuses().values()) <= {"unverified", "nondeterministic_by_contract"}
+    with pytest.raises(ValueError, match="2 rounds"):
+        registry.probe(lambda tool, args: 1, epoch="e", rounds=1)
+
+
+def test_the_sandbox_tools_carry_json_schemas_with_argument_kinds(sandbox):
+    kinds = {schema.name: {path: spec.kind.value for path, spec in schema.arguments.items()}
+             for schema in sandbox.schemas()}
+    assert kinds["search_index"] == {"query": "free_text", "limit": "parameter"}
+    assert kinds["get_order"] == {"order_id": "identifier", "fields[]": "choice"}
+    assert kinds["convert_currency"] == {"amount": "amount", "from_currency": "choice", "to_currency": "choice"}
+    assert "Order number" in next(s for s in sandbox.schemas() if s.name == "get_order").documentation

@@ -4,14 +4,18 @@ Sample N plans for a step, run each in one sandbox epoch, and compare the canoni
 and the results as two separate signals (seed record 001). A plan is rejected as hallucinated
 only when its arguments disagree on a tool whose determinism a start-up probe verified; a
 plan whose arguments agree but whose results do not is deferred and its tool quarantined.
+Free-text arguments (from the tool's JSON Schema) are left out of that agreement, and a
+provenance check asks whether each identifier-like value came from what the agent saw (or was
+found by its dry run): it catches the invention all N samples agree on.
 
     registry = DeterminismRegistry([ToolSchema("get_order", deterministic=True, probe_args={"id": 1})])
     registry.probe(runner, epoch="snap-1")
     gate = ConsistencyGate(registry)
-    verdict = gate.evaluate(samples)  # or gate.gate_or_raise(samples) to raise HallucinationGateError
+    verdict = gate.evaluate(samples, ProvenanceContext([task]))  # or gate.gate_or_raise(...) to raise
     guard = Guard([SelfConsistencyLayer(gate)])
 """
 
+from guardrail.consistency.arguments import ArgumentKind, ArgumentSpec, argument_specs, infer_kind
 from guardrail.consistency.canonical import (
     CanonicalizationError,
     CanonicalLimits,
@@ -29,12 +33,15 @@ from guardrail.consistency.decision import (
     PlanSample,
     PlanVerdict,
     classify_plan,
+    found_by_dry_run,
+    missed_by_dry_run,
     modal_index,
     pairwise_agreement,
 )
 from guardrail.consistency.errors import ConsistencyError, EpochNotFixedError, HallucinationGateError
 from guardrail.consistency.harness import DryRunHarness, ProposedCall
 from guardrail.consistency.layer import SelfConsistencyLayer
+from guardrail.consistency.provenance import Grounding, ProvenanceContext, ProvenanceReport, check_arguments
 from guardrail.consistency.registry import (
     DeterminismRegistry,
     DeterminismStatus,
@@ -47,6 +54,16 @@ from guardrail.consistency.registry import (
 
 __all__ = [
     "NOT_RUN",
+    "ArgumentKind",
+    "ArgumentSpec",
+    "Grounding",
+    "ProvenanceContext",
+    "ProvenanceReport",
+    "argument_specs",
+    "check_arguments",
+    "found_by_dry_run",
+    "infer_kind",
+    "missed_by_dry_run",
     "CanonicalLimits",
     "CanonicalizationError",
     "ConsistencyError",

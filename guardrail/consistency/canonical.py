@@ -16,9 +16,11 @@ __all__ = [
     "CanonicalLimits",
     "CanonicalizationError",
     "canonical_args",
+    "canonical_args_data",
     "canonical_bytes",
     "canonical_result",
     "canonicalize",
+    "encode_canonical",
     "spelling",
 ]
 
@@ -205,12 +207,7 @@ def canonicalize(value: Any, *, unordered: frozenset[str] = frozenset(),
 def canonical_bytes(value: Any, *, unordered: frozenset[str] = frozenset(),
                     limits: CanonicalLimits = DEFAULT_LIMITS, spelled: bool = False) -> bytes:
     """The canonical form as UTF-8 JSON with sorted keys and no spaces: equal bytes mean equal values."""
-    data = canonicalize(value, unordered=unordered, limits=limits, spelled=spelled)
-    try:
-        text = _ENCODER.encode(data)
-    except ValueError as exc:  # e.g. an int with more digits than Python will print
-        raise CanonicalizationError(str(exc)) from exc
-    return text.encode("utf-8", "surrogatepass")  # a lone surrogate from a model is a value too, not a crash
+    return encode_canonical(canonicalize(value, unordered=unordered, limits=limits, spelled=spelled))
 
 
 def canonical_args(args: Any, *, unordered: frozenset[str] = frozenset(),
@@ -221,11 +218,27 @@ def canonical_args(args: Any, *, unordered: frozenset[str] = frozenset(),
     count; string values are compared by `spelling` (number formats, path spellings, whitespace,
     Unicode normalization).
     """
+    return encode_canonical(canonical_args_data(args, unordered=unordered, limits=limits))
+
+
+def canonical_args_data(args: Any, *, unordered: frozenset[str] = frozenset(),
+                        limits: CanonicalLimits = DEFAULT_LIMITS) -> Any:
+    """The canonical form of a call's arguments as data (what `canonical_args` encodes): JSON text parsed,
+    values read for their meaning. `encode_canonical` of it gives the same bytes as `canonical_args`."""
     if isinstance(args, str):
         parsed = _parse_json_text(args, limits)
         if parsed is not _NOT_JSON:
             args = parsed
-    return canonical_bytes(args, unordered=unordered, limits=limits, spelled=True)
+    return canonicalize(args, unordered=unordered, limits=limits, spelled=True)
+
+
+def encode_canonical(data: Any) -> bytes:
+    """Bytes of data already in canonical form (sorted keys, no spaces)."""
+    try:
+        text = _ENCODER.encode(data)
+    except ValueError as exc:  # e.g. an int with more digits than Python will print
+        raise CanonicalizationError(str(exc)) from exc
+    return text.encode("utf-8", "surrogatepass")  # a lone surrogate from a model is a value too, not a crash
 
 
 def canonical_result(result: Any, *, unordered: frozenset[str] = frozenset(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,9 +53,11 @@ class DryRunHarness:
             return target.invoke(dict(args))  # a LangChain tool
         return target(**args)
 
-    def probe(self, registry: DeterminismRegistry) -> dict[str, ProbeOutcome]:
-        """The start-up determinism probe of every declared-deterministic tool, in this sandbox."""
-        return registry.probe(self.call, epoch=self.epoch)
+    def probe(self, registry: DeterminismRegistry, *, rounds: int = 3, interval_s: float = 0.02,
+              advance: Callable[[], None] | None = None) -> dict[str, ProbeOutcome]:
+        """The start-up determinism probe of every declared-deterministic tool, in this sandbox
+        (`rounds`, `interval_s`, `advance`: see `DeterminismRegistry.probe`)."""
+        return registry.probe(self.call, epoch=self.epoch, rounds=rounds, interval_s=interval_s, advance=advance)
 
     def run(self, calls: Sequence[ProposedCall]) -> list[PlanSample]:
         """Execute every candidate call and return one sample per candidate, in order."""

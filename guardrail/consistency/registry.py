@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from guardrail.consistency.arguments import ArgumentSpec, argument_specs
 from guardrail.consistency.canonical import CanonicalizationError, canonical_result
 from guardrail.consistency.errors import EpochNotFixedError
 
@@ -43,6 +44,12 @@ class ToolSchema:
     such tools are outside the gate's scope. `unordered_args` / `unordered_result` name the list
     paths whose order carries no meaning (see `canonicalize`). `probe_args` are the arguments
     the start-up probe calls the tool with; without them the declaration stays unverified.
+    `arguments` says what kind of value each argument path holds (free text, identifier, ...;
+    see `guardrail.consistency.arguments`); a path it does not name is judged by its name and
+    value. `documentation` is the text the model was shown about the tool (descriptions, enum
+    values, examples): a value it names is not invented. `execution_confirms`: a dry run of a
+    call that returns something (no error, not empty) shows its identifiers exist, as for a
+    lookup; say False for a tool that accepts any identifier (one that creates what it names).
     """
 
     name: str
@@ -50,16 +57,21 @@ class ToolSchema:
     unordered_args: frozenset[str] = frozenset()
     unordered_result: frozenset[str] = frozenset()
     probe_args: Mapping[str, Any] | None = None
+    arguments: Mapping[str, ArgumentSpec] = field(default_factory=dict)
+    documentation: str = ""
+    execution_confirms: bool = True
 
     @classmethod
     def from_json_schema(cls, name: str, parameters: Mapping[str, Any], *, deterministic: bool | None = None,
                          result_schema: Mapping[str, Any] | None = None,
-                         probe_args: Mapping[str, Any] | None = None) -> ToolSchema:
-        """A schema from a tool's JSON Schema (the `parameters` of a function tool).
+                         probe_args: Mapping[str, Any] | None = None, description: str = "") -> ToolSchema:
+        """A schema from a tool's JSON Schema (the `parameters` of a function tool) and its description.
 
         Arrays with ``uniqueItems: true`` or ``x-order-insensitive: true`` are order-insensitive;
         `deterministic` defaults to the schema's own ``deterministic`` (or ``x-deterministic``) key,
         and a schema that says nothing is treated as nondeterministic (unknown is not a promise).
+        Argument kinds come from `argument_specs` (``x-argument-kind`` / ``x-free-text``, else
+        types, enums, formats, names); ``x-execution-confirms: false`` sets `execution_confirms`.
         """
         declared = deterministic
         if declared is None:
@@ -70,7 +82,34 @@ class ToolSchema:
             unordered_args=frozenset(_unordered_paths(parameters, "")),
             unordered_result=frozenset(_unordered_paths(result_schema or {}, "")),
             probe_args=probe_args,
+            arguments=argument_specs(parameters),
+            documentation=_documentation(description, parameters),
+            execution_confirms=parameters.get("x-execution-confirms", True) is not False,
         )
+
+
+def _documentation(description: str, schema: Mapping[str, Any], depth: int = 0) -> str:
+    """The words a model is shown about a tool: its description and each argument's description, enum, examples."""
+    parts = [description] if description else []
+    if depth > 16:
+        return ""
+    for key in ("description", "title"):
+        if depth and isinstance(schema.get(key), str):
+            parts.append(schema[key])
+    for key in ("enum", "examples"):
+        if isinstance(schema.get(key), list):
+            parts.extend(str(item) for item in schema[key])
+    for key in ("const", "default"):
+        if key in schema and depth:
+            parts.append(str(schema[key]))
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        for sub in properties.values():
+            if isinstance(sub, Mapping):
+                parts.append(_documentation("", sub, depth + 1))
+    if isinstance(schema.get("items"), Mapping):
+        parts.append(_documentation("", schema["items"], depth + 1))
+    return "\n".join(part for part in parts if part)
 
 
 def _unordered_paths(schema: Mapping[str, Any], path: str) -> Iterable[str]:
@@ -197,62 +236,102 @@ class DeterminismRegistry:
                 entry.reason = "released; probe it again"
                 entry.evidence = {}
 
-    def probe(self, runner: ToolRunner, *, epoch: EpochSource,
-              tools: Iterable[str] | None = None) -> dict[str, ProbeOutcome]:
-        """Probe each declared-deterministic tool: two identical calls must return byte-identical results.
+    def probe(self, runner: ToolRunner, *, epoch: EpochSource, tools: Iterable[str] | None = None,
+              rounds: int = 3, interval_s: float = 0.02,
+              advance: Callable[[], None] | None = None) -> dict[str, ProbeOutcome]:
+        """Probe each declared-deterministic tool: `rounds` identical calls must return byte-identical results.
 
-        Both calls of a tool must see the same, non-None epoch; otherwise `EpochNotFixedError`,
-        since a moving sandbox would make an honest tool look nondeterministic. A tool without
-        `probe_args`, or whose two calls both raise, stays UNVERIFIED (unknown is not false); one
-        raising call and one returning call differ, and fail the probe.
+        The rounds go across all tools, `interval_s` apart (so the whole probe waits
+        ``(rounds - 1) * interval_s`` however many tools there are): a tool racing a writer or a
+        reload between two calls fails here instead of mid-batch. `advance`, when given, runs
+        between rounds to let the sandbox's own time pass (a simulated clock past a cache TTL, a
+        sync tick): declarations that only break over time fail too. ``rounds=2, interval_s=0``
+        is the record's two back-to-back calls.
+
+        All calls must see the same, non-None epoch; otherwise `EpochNotFixedError` (and no status
+        changes), since a moving sandbox would make an honest tool look nondeterministic. A tool
+        without `probe_args`, or whose calls all raise, stays UNVERIFIED (unknown is not false);
+        raising calls mixed with returning calls differ, and fail the probe.
         """
+        if rounds < 2:
+            raise ValueError(f"a determinism probe needs at least 2 rounds, got {rounds}")
+        if interval_s < 0:
+            raise ValueError(f"interval_s must be >= 0, got {interval_s}")
         names = list(self._entries) if tools is None else list(tools)
         outcomes: dict[str, ProbeOutcome] = {}
+        probed: list[_Entry] = []
         for name in names:
             entry = self._entries.get(name)
             if entry is None:
                 raise KeyError(f"cannot probe {name!r}: no schema registered for it")
             if entry.status is DeterminismStatus.BY_CONTRACT:
                 continue
-            outcomes[name] = self._probe_one(entry, runner, epoch)
-        return outcomes
-
-    def _probe_one(self, entry: _Entry, runner: ToolRunner, epoch_source: EpochSource) -> ProbeOutcome:
-        schema = entry.schema
-        if schema.probe_args is None:
-            return ProbeOutcome(schema.name, entry.status, None, error="no probe_args in the schema")
-        started = time.perf_counter()
-        epoch_before = read_epoch(epoch_source)
+            if entry.schema.probe_args is None:
+                outcomes[name] = ProbeOutcome(name, entry.status, None, error="no probe_args in the schema")
+                continue
+            probed.append(entry)
+        if not probed:
+            return outcomes
+        epoch_before = read_epoch(epoch)
         if epoch_before is None:
-            raise EpochNotFixedError(f"cannot probe {schema.name!r}: the sandbox epoch is not pinned (epoch is None)")
-        try:
-            first, first_failed = self._probe_call(runner, schema)
-            second, second_failed = self._probe_call(runner, schema)
-        except CanonicalizationError as exc:
-            return ProbeOutcome(schema.name, entry.status, epoch_before, error=f"result not comparable: {exc}",
-                                elapsed_s=time.perf_counter() - started)
-        epoch_after = read_epoch(epoch_source)
+            raise EpochNotFixedError(f"cannot probe {probed[0].schema.name!r}: the sandbox epoch is not pinned "
+                                     "(epoch is None)")
+        seen: dict[str, list[tuple[bytes, bool]]] = {entry.schema.name: [] for entry in probed}
+        spent: dict[str, float] = dict.fromkeys(seen, 0.0)
+        broken: dict[str, str] = {}
+        for round_index in range(rounds):
+            if round_index:
+                if interval_s:
+                    time.sleep(interval_s)
+                if advance is not None:
+                    advance()
+            for entry in probed:
+                name = entry.schema.name
+                if name in broken:
+                    continue
+                started = time.perf_counter()
+                try:
+                    seen[name].append(self._probe_call(runner, entry.schema))
+                except CanonicalizationError as exc:
+                    broken[name] = f"result not comparable: {exc}"
+                spent[name] += time.perf_counter() - started
+        epoch_after = read_epoch(epoch)
         if epoch_after != epoch_before:
             raise EpochNotFixedError(
-                f"the sandbox epoch moved from {epoch_before!r} to {epoch_after!r} while probing {schema.name!r}"
-            )
-        if first_failed and second_failed:
-            # A tool that fails its probe both times says nothing about its determinism.
-            return ProbeOutcome(schema.name, entry.status, epoch_before, first, second,
-                                error=first.decode("utf-8", "replace"), elapsed_s=time.perf_counter() - started)
+                f"the sandbox epoch moved from {epoch_before!r} to {epoch_after!r} while probing "
+                f"{[entry.schema.name for entry in probed][:5]}")
+        for entry in probed:
+            name = entry.schema.name
+            outcomes[name] = self._settle(entry, seen[name], broken.get(name), epoch_before, spent[name])
+        return outcomes
+
+    def _settle(self, entry: _Entry, calls: list[tuple[bytes, bool]], broken: str | None, epoch: str,
+                elapsed_s: float) -> ProbeOutcome:
+        """Turn one tool's probe calls into its status."""
+        name = entry.schema.name
+        first = calls[0][0] if calls else None
+        if broken is not None:
+            return ProbeOutcome(name, entry.status, epoch, first, error=broken, elapsed_s=elapsed_s)
+        if all(failed for _, failed in calls):
+            # A tool that fails its probe every time says nothing about its determinism.
+            assert first is not None
+            return ProbeOutcome(name, entry.status, epoch, first, calls[-1][0],
+                                error=first.decode("utf-8", "replace"), elapsed_s=elapsed_s)
+        differing = next((outcome for outcome, _ in calls if outcome != first), None)
         with self._lock:
             if entry.status in (DeterminismStatus.UNVERIFIED, DeterminismStatus.VERIFIED):
-                if first == second:
+                if differing is None:
                     entry.status = DeterminismStatus.VERIFIED
-                    entry.reason = "two identical probe calls returned byte-identical results"
+                    entry.reason = f"{len(calls)} identical probe calls returned byte-identical results"
                 else:
+                    assert first is not None
                     entry.status = DeterminismStatus.PROBE_FAILED
-                    entry.reason = "two identical probe calls in one epoch returned different results"
+                    entry.reason = f"{len(calls)} identical probe calls in one epoch did not all return the same result"
                     entry.evidence = {"first": first[:500].decode("utf-8", "replace"),
-                                      "second": second[:500].decode("utf-8", "replace")}
+                                      "second": differing[:500].decode("utf-8", "replace")}
             status = entry.status
-        return ProbeOutcome(schema.name, status, epoch_before, first, second,
-                            elapsed_s=time.perf_counter() - started)
+        return ProbeOutcome(name, status, epoch, first, differing if differing is not None else calls[-1][0],
+                            elapsed_s=elapsed_s)
 
     @staticmethod
     def _probe_call(runner: ToolRunner, schema: ToolSchema) -> tuple[bytes, bool]:

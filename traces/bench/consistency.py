@@ -1,10 +1,13 @@
-"""`guardrail bench consistency`: the naive combined-agreement scorer against the separated classifier (seed 001).
+"""`guardrail bench consistency`: the naive combined-agreement scorer, the record's separated rule, the full layer.
 
-The record's situation with real mechanisms: 12 sandbox tools (`traces.bench.consistency_sandbox`),
-three of them declared deterministic but not; a plan sampler that fabricates arguments in a
-known fraction of plans and, in another fraction, legitimately varies them (paraphrased queries,
-one of several fitting files); N candidates per plan executed in one sandbox epoch; the
-start-up determinism probe; then every plan scored by both scorers in the same run.
+The record's situation (seed 001) with real mechanisms: 12 sandbox tools
+(`traces.bench.consistency_sandbox`), three of them declared deterministic but not; a plan
+sampler that fabricates arguments in a known fraction of plans and, in another fraction,
+legitimately varies them (paraphrased queries, one of several fitting files); the episode each
+plan is proposed in (`traces.bench.consistency_context`: the task and earlier tool results);
+N candidates per plan executed in one sandbox epoch; the start-up determinism probes; then every
+plan scored by the three scorers in the same run. Scripted sandbox, scripted plans: the figures
+are mechanism checks, not a model's behaviour.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from guardrail.consistency import (
@@ -29,13 +32,19 @@ from guardrail.consistency import (
     GateThresholds,
     PlanDecision,
     PlanSample,
+    PlanVerdict,
+    SelfConsistencyLayer,
     canonical_args,
     canonical_result,
     canonicalize,
+    modal_index,
     pairwise_agreement,
 )
 from guardrail.consistency.harness import DryRunHarness, ProposedCall
 from guardrail.core.cliutil import Command, emit_json, print_table, progress
+from guardrail.core.events import Action
+from guardrail.core.guard import Guard
+from traces.bench.consistency_context import ContextMaker, PlanContext
 from traces.bench.consistency_sandbox import MISDECLARED, TRENDING, Sandbox
 
 __all__ = ["BENCH", "NaiveCombinedScorer", "PlanSampler", "SampledPlan", "run_benchmark"]
@@ -79,6 +88,7 @@ class SampledPlan:
     tool: str
     kind: str  # healthy | fabricated | ambiguous
     calls: list[ProposedCall]
+    truth: list[dict[str, Any]] = field(default_factory=list)  # the real call (healthy) or candidates (ambiguous)
 
 
 class PlanSampler:
@@ -117,6 +127,7 @@ class PlanSampler:
             tool = self.rng.choice(self.tools)
             draw = self.rng.random()
             ambiguous = self._ambiguous(tool)
+            truth: list[dict[str, Any]] = []
             if draw < self.fabricated_fraction:
                 kind = FABRICATED
                 arg_sets = self.rng.choices(self._invented[tool], weights=self._invented_weights, k=self.n_samples)
@@ -126,12 +137,17 @@ class PlanSampler:
             elif draw < self.fabricated_fraction + self.ambiguous_fraction and ambiguous:
                 kind = AMBIGUOUS
                 arg_sets = [self.rng.choice(ambiguous) for _ in range(self.n_samples)]
+                truth = ambiguous
             else:
                 kind = HEALTHY
                 arg_sets = [self._valid(tool)] * self.n_samples
-            calls = [ProposedCall(tool, self._surface(args, self.unordered.get(tool, frozenset())),
-                                  call_id=f"p{index}s{i}") for i, args in enumerate(arg_sets)]
-            yield SampledPlan(index, tool, kind, calls)
+                truth = arg_sets[:1]
+            yield SampledPlan(index, tool, kind, self.calls(index, tool, arg_sets), truth)
+
+    def calls(self, index: int, tool: str, arg_sets: Sequence[dict[str, Any]]) -> list[ProposedCall]:
+        """The N candidate calls for `arg_sets`, each spelled as a model might."""
+        return [ProposedCall(tool, self._surface(args, self.unordered.get(tool, frozenset())), call_id=f"p{index}s{i}")
+                for i, args in enumerate(arg_sets)]
 
     # ------------------------------------------------------------------ argument makers
     def _valid(self, tool: str) -> dict[str, Any]:
@@ -256,135 +272,290 @@ def typed_tools(tools: dict[str, Callable[..., Any]]) -> dict[str, Callable[...,
     return {name: typed(tool) for name, tool in tools.items()}
 
 
+class Tally:
+    """One scorer's decisions over the plans: what it rejected, deferred and let run, and by which rule."""
+
+    def __init__(self) -> None:
+        self.rejected: Counter[str] = Counter()  # by plan kind
+        self.fp_cause: Counter[str] = Counter()
+        self.missed: Counter[str] = Counter()  # fabricated plans it let run, by the rule that let them
+        self.deferrals: Counter[str] = Counter()
+        self.fabricated_accepted = 0  # fabricated plans that would run (accepted or deferred)
+        self.signals: dict[str, Counter[str]] = {}  # plan kind -> decision/rule -> plans
+        self.us: list[float] = []
+
+    def add(self, kind: str, cause: str, decision: PlanDecision, reason: str, misdeclared: bool) -> None:
+        self.signals.setdefault(kind, Counter())[f"{decision.value}/{reason}"] += 1
+        if decision is PlanDecision.REJECT:
+            self.rejected[kind] += 1
+            if kind != FABRICATED:
+                self.fp_cause[cause] += 1
+        elif kind == FABRICATED:
+            self.missed[reason] += 1
+            self.fabricated_accepted += 1
+        if decision is PlanDecision.DEFER:
+            self.deferrals["misdeclared_tool" if misdeclared else "other"] += 1
+
+    def figures(self, kinds: Counter[str]) -> dict[str, Any]:
+        total = sum(self.rejected.values())
+        return {"fp_share": _share(total - self.rejected[FABRICATED], total),
+                "fabricated_recall": _share(self.rejected[FABRICATED], kinds[FABRICATED]),
+                "fabricated_accepted_share": _share(self.fabricated_accepted, kinds[FABRICATED]),
+                "rejections": total, "rejected_by_kind": dict(self.rejected), "fp_by_cause": dict(self.fp_cause),
+                "missed_fabricated_by_reason": dict(self.missed), "deferrals": dict(self.deferrals),
+                "us_per_sample": statistics.median(self.us) if self.us else None,
+                "signals": {kind: dict(sorted(counts.items())) for kind, counts in sorted(self.signals.items())}}
+
+
+def _probe(harness: DryRunHarness, sandbox: Sandbox, **options: Any) -> tuple[DeterminismRegistry, dict[str, Any]]:
+    registry = DeterminismRegistry(sandbox.schemas())
+    started = time.perf_counter()
+    harness.probe(registry, **options)
+    return registry, {"misdeclared": registry.misdeclared, "ms": (time.perf_counter() - started) * 1e3}
+
+
+def _probe_trials(harness: DryRunHarness, sandbox: Sandbox, variants: dict[str, dict[str, Any]],
+                  trials: int) -> dict[str, Any]:
+    """Each probe variant `trials` times on fresh registries: how often it flags each tool, and what it costs."""
+    out: dict[str, Any] = {}
+    for name, options in variants.items():
+        flagged: Counter[str] = Counter()
+        ms = []
+        for _ in range(trials):
+            _, outcome = _probe(harness, sandbox, **options)
+            flagged.update(outcome["misdeclared"])
+            ms.append(outcome["ms"])
+        out[name] = {"trials": trials, "flagged": {tool: flagged[tool] for tool in MISDECLARED},
+                     "honest_flagged": sum(n for tool, n in flagged.items() if tool not in MISDECLARED),
+                     "median_ms": statistics.median(ms)}
+    return out
+
+
 def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fabricated_fraction: float = 0.10,
                   ambiguous_fraction: float = 0.05, naive_threshold: float = 0.80, model_latency_s: float = 2.5,
-                  write_interval_s: float = 0.0005, reload_interval_s: float = 0.001,
-                  paraphrase_rate: float = 0.0, coincident_rate: float = 0.0,
-                  show_progress: bool = False) -> dict[str, Any]:
-    """Run both scorers over the same sampled plans in one sandbox; return the figures."""
+                  write_interval_s: float | None = 0.0005, reload_interval_s: float = 0.001,
+                  paraphrase_rate: float = 0.0, coincident_rate: float = 0.0, gap_rate: float = 0.0,
+                  recombined_rate: float = 0.0, probe_rounds: int = 3, probe_interval_s: float = 0.02,
+                  probe_trials: int = 0, show_progress: bool = False) -> dict[str, Any]:
+    """Run the three scorers over the same sampled plans in one sandbox; return the figures.
+
+    - naive: one combined (tool, arguments, result) agreement (`NaiveCombinedScorer`);
+    - record: the decision record's rule alone (`ConsistencyGate(per_argument=False, provenance=False)`)
+      on a registry probed the record's way (two back-to-back calls); the keys the benchmark had
+      before (``separated_*``, ``fabricated_accepted_share``) keep meaning this scorer;
+    - layer: `SelfConsistencyLayer` in a Guard, fed each plan's episode (`ContextMaker`), with
+      per-argument agreement and provenance, on a registry probed in `probe_rounds` rounds
+      `probe_interval_s` apart with the sandbox's clock advanced between rounds.
+
+    ``write_interval_s=None`` stops the search index's writer: the index is then honest, verified by
+    every probe, and its free-text queries are judged (the plans' labels still call it mis-declared).
+    """
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
             root, seed=seed, write_interval_s=write_interval_s, reload_interval_s=reload_interval_s) as sandbox:
-        registry = DeterminismRegistry(sandbox.schemas())
         harness = DryRunHarness(typed_tools(sandbox.tools), epoch=sandbox.epoch)
-        probe_started = time.perf_counter()
-        harness.probe(registry)
-        probe_ms = (time.perf_counter() - probe_started) * 1e3
+        ttl = sandbox.user_cache.ttl_s
+        variants: dict[str, dict[str, Any]] = {
+            "record_two_calls": {"rounds": 2, "interval_s": 0.0},
+            f"rounds_{probe_rounds}_interval_{probe_interval_s * 1e3:g}ms": {"rounds": probe_rounds,
+                                                                             "interval_s": probe_interval_s},
+            "same_with_sandbox_clock_advanced": {"rounds": probe_rounds, "interval_s": probe_interval_s,
+                                                 "advance": lambda: sandbox.tick(ttl + 1.0)}}
+        trials = _probe_trials(harness, sandbox, variants, probe_trials) if probe_trials else {}
+        probes = {}
+        for name, options in variants.items():
+            probed, probes[name] = _probe(harness, sandbox, **options)
+            if name == "record_two_calls":
+                registry, record_probe = probed, probes[name]
+            layer_registry = probed  # the last: the layer's
         by_probe = registry.misdeclared
-        gate = ConsistencyGate(registry, GateThresholds(min_samples=min(5, n_samples)))
+        gate = ConsistencyGate(registry, GateThresholds(min_samples=min(5, n_samples)), per_argument=False,
+                               provenance=False)
+        layer = SelfConsistencyLayer(ConsistencyGate(layer_registry, GateThresholds(min_samples=min(5, n_samples))))
+        guard = Guard([layer], mode="intervene")
         naive = NaiveCombinedScorer(registry, naive_threshold, min_samples=min(5, n_samples))
         sampler = PlanSampler(sandbox, n_samples=n_samples, fabricated_fraction=fabricated_fraction,
                               ambiguous_fraction=ambiguous_fraction, seed=seed, paraphrase_rate=paraphrase_rate,
                               coincident_rate=coincident_rate)
+        maker = ContextMaker(sandbox, harness.call, seed=seed, gap_rate=gap_rate, recombined_rate=recombined_rate)
 
         kinds: Counter[str] = Counter()
-        naive_rejected: Counter[str] = Counter()
-        separated_rejected: Counter[str] = Counter()
-        naive_fp_cause: Counter[str] = Counter()
-        separated_fp_cause: Counter[str] = Counter()
-        deferrals: Counter[str] = Counter()
-        separated_missed: Counter[str] = Counter()
-        fabricated_accepted = 0  # fabricated plans the separated gate let run (accepted or deferred)
+        tallies = {"naive": Tally(), "record": Tally(), "layer": Tally()}
+        routes: dict[str, Counter[str]] = {}
+        grounding: dict[str, Counter[str]] = {}
+        layer_fp_by_route: Counter[str] = Counter()
+        recombined = 0
         out_of_scope = 0
         misdeclared_agreement: list[float] = []
-        gate_us: list[float] = []
-        naive_us: list[float] = []
         tool_us: list[float] = []
         for plan in progress(sampler.plans(n_plans), desc="plans", total=n_plans, enabled=show_progress):
+            in_scope = registry.status(plan.tool) is not DeterminismStatus.BY_CONTRACT
+            context = maker.for_plan(plan.tool, plan.kind, plan.truth) if in_scope else None
+            if context is not None and plan.kind == FABRICATED and recombined_rate > 0 \
+                    and maker.rng.random() < recombined_rate:
+                made = maker.recombine(plan.tool, context)
+                if made:
+                    recombined += 1
+                    picks = [maker.rng.choice(made) for _ in plan.calls]
+                    picks = [picks[0] if i and maker.rng.random() < coincident_rate else p for i, p in enumerate(picks)]
+                    plan = SampledPlan(plan.index, plan.tool, plan.kind, sampler.calls(plan.index, plan.tool, picks))
             samples: list[PlanSample] = []
             for call in plan.calls:
                 t0 = time.perf_counter_ns()
                 samples.extend(harness.run([call]))
                 tool_us.append((time.perf_counter_ns() - t0) / 1e3)
                 sandbox.tick(model_latency_s)  # each candidate is one model call, seconds apart
-            if registry.status(plan.tool) is DeterminismStatus.BY_CONTRACT:
-                out_of_scope += 1  # outside both scorers' scope: divergence there carries no signal
+            if context is None:
+                out_of_scope += 1  # outside every scorer's scope: divergence there carries no signal
                 continue
             kinds[plan.kind] += 1
+            routes.setdefault(plan.kind, Counter())[context.route] += 1
+            misdeclared = plan.tool in MISDECLARED
+            cause = "ambiguous_arguments" if plan.kind == AMBIGUOUS else (
+                "misdeclared_tool" if misdeclared else "other")
+
             t0 = time.perf_counter_ns()
             naive_rejects, combined = naive.rejects(samples)
             t1 = time.perf_counter_ns()
             verdict = gate.evaluate(samples)
             t2 = time.perf_counter_ns()
-            naive_us.append((t1 - t0) / 1e3 / len(samples))
-            gate_us.append((t2 - t1) / 1e3 / len(samples))
-            cause = "ambiguous_arguments" if plan.kind == AMBIGUOUS else (
-                "misdeclared_tool" if plan.tool in MISDECLARED else "other")
-            if plan.kind == HEALTHY and plan.tool in MISDECLARED and combined < 1.0:
+            layer_verdict, layer_ns = _layer_verdict(guard, layer, context, plan, samples)
+            for name, elapsed in (("naive", t1 - t0), ("record", t2 - t1), ("layer", layer_ns)):
+                tallies[name].us.append(elapsed / 1e3 / len(samples))
+            if plan.kind == HEALTHY and misdeclared and combined < 1.0:
                 misdeclared_agreement.append(combined)
-            if naive_rejects:
-                naive_rejected[plan.kind] += 1
-                if plan.kind != FABRICATED:
-                    naive_fp_cause[cause] += 1
-            if verdict.decision is PlanDecision.REJECT:
-                separated_rejected[plan.kind] += 1
-                if plan.kind != FABRICATED:
-                    separated_fp_cause[cause] += 1
-            elif plan.kind == FABRICATED:
-                separated_missed[verdict.reason] += 1  # e.g. tool_not_verified: the price of the validity rule
-                fabricated_accepted += 1
-            if verdict.decision is PlanDecision.DEFER:
-                deferrals["misdeclared_tool" if plan.tool in MISDECLARED else "other"] += 1
+            tallies["naive"].add(plan.kind, cause, PlanDecision.REJECT if naive_rejects else PlanDecision.ACCEPT,
+                                 "combined_agreement_low" if naive_rejects else "combined_agreement_ok", misdeclared)
+            tallies["record"].add(plan.kind, cause, verdict.decision, verdict.reason, misdeclared)
+            tallies["layer"].add(plan.kind, cause, layer_verdict.decision, layer_verdict.reason, misdeclared)
+            if layer_verdict.decision is PlanDecision.REJECT and plan.kind != FABRICATED:
+                layer_fp_by_route[f"{context.route}/{layer_verdict.reason}"] += 1
+            if layer_verdict.provenance is not None:
+                counts = grounding.setdefault(plan.kind, Counter())
+                for checked in layer_verdict.provenance.checked:
+                    counts[checked.grounded_by or "ungrounded"] += 1
 
-        naive_total = sum(naive_rejected.values())
-        separated_total = sum(separated_rejected.values())
+        naive_fig, record_fig, layer_fig = (tallies[name].figures(kinds) for name in ("naive", "record", "layer"))
         found = registry.misdeclared
         return {
-            "naive_fp_share": _share(naive_total - naive_rejected[FABRICATED], naive_total),
-            "separated_fp_share": _share(separated_total - separated_rejected[FABRICATED], separated_total),
-            "fabricated_recall_naive": _share(naive_rejected[FABRICATED], kinds[FABRICATED]),
-            "fabricated_recall_separated": _share(separated_rejected[FABRICATED], kinds[FABRICATED]),
-            "fabricated_accepted_share": _share(fabricated_accepted, kinds[FABRICATED]),
+            "naive_fp_share": naive_fig["fp_share"],
+            "separated_fp_share": record_fig["fp_share"],
+            "fabricated_recall_naive": naive_fig["fabricated_recall"],
+            "fabricated_recall_separated": record_fig["fabricated_recall"],
+            "fabricated_accepted_share": record_fig["fabricated_accepted_share"],
+            "layer_fp_share": layer_fig["fp_share"],
+            "fabricated_recall_layer": layer_fig["fabricated_recall"],
+            "layer_fabricated_accepted_share": layer_fig["fabricated_accepted_share"],
             "misdeclared_found": found,
             "n_plans": n_plans,
-            "added_us_per_sample": statistics.median(gate_us) if gate_us else None,
-            "naive_us_per_sample": statistics.median(naive_us) if naive_us else None,
+            "added_us_per_sample": record_fig["us_per_sample"],
+            "naive_us_per_sample": naive_fig["us_per_sample"],
+            "layer_us_per_sample": layer_fig["us_per_sample"],
             "tool_us_per_sample": statistics.median(tool_us) if tool_us else None,
-            "probe_ms": probe_ms,
+            "probe_ms": record_probe["ms"],
             "misdeclared_truth": list(MISDECLARED),
             "misdeclared_by_probe": by_probe,
             "misdeclared_by_quarantine": [t for t in found if t not in by_probe],
+            "probes": probes,
+            "probe_trials": trials,
+            "layer_misdeclared_found": layer_registry.misdeclared,
             "n_samples_per_plan": n_samples,
             "n_in_scope": sum(kinds.values()),
             "n_out_of_scope": out_of_scope,
             "n_by_kind": dict(kinds),
-            "naive_rejections": naive_total,
-            "separated_rejections": separated_total,
-            "separated_deferrals": dict(deferrals),
-            "naive_fp_by_cause": dict(naive_fp_cause),
-            "separated_fp_by_cause": dict(separated_fp_cause),
-            "separated_missed_fabricated_by_reason": dict(separated_missed),
+            "naive_rejections": naive_fig["rejections"],
+            "separated_rejections": record_fig["rejections"],
+            "layer_rejections": layer_fig["rejections"],
+            "separated_deferrals": record_fig["deferrals"],
+            "naive_fp_by_cause": naive_fig["fp_by_cause"],
+            "separated_fp_by_cause": record_fig["fp_by_cause"],
+            "separated_missed_fabricated_by_reason": record_fig["missed_fabricated_by_reason"],
+            "layer_fp_by_route": dict(layer_fp_by_route),
+            "scorers": {"naive": naive_fig, "record": record_fig, "layer": layer_fig},
+            "layer_grounding": {kind: dict(counts) for kind, counts in sorted(grounding.items())},
+            "context_routes": {kind: dict(counts) for kind, counts in sorted(routes.items())},
+            "n_recombined": recombined,
             "misdeclared_combined_agreement": _quantiles(misdeclared_agreement),
             "tool_status": registry.statuses(),
+            "layer_tool_status": layer_registry.statuses(),
             "background_changes": {"index_writes": sandbox.writer.changes, "config_reloads": sandbox.reloader.changes,
                                    "directory_syncs": sandbox.directory_sync.changes},
             "params": {"seed": seed, "fabricated_fraction": fabricated_fraction, "paraphrase_rate": paraphrase_rate,
-                       "coincident_rate": coincident_rate,
+                       "coincident_rate": coincident_rate, "gap_rate": gap_rate, "recombined_rate": recombined_rate,
                        "ambiguous_fraction": ambiguous_fraction, "naive_threshold": naive_threshold,
                        "model_latency_s": model_latency_s, "write_interval_s": write_interval_s,
-                       "reload_interval_s": reload_interval_s, "thresholds": vars(gate.thresholds)},
+                       "reload_interval_s": reload_interval_s, "thresholds": vars(gate.thresholds),
+                       "probe_rounds": probe_rounds, "probe_interval_s": probe_interval_s},
             "wall_s": time.perf_counter() - started,
         }
 
 
+def _layer_verdict(guard: Guard, layer: SelfConsistencyLayer, context: PlanContext, plan: SampledPlan,
+                   samples: list[PlanSample]) -> tuple[PlanVerdict, int]:
+    """The full layer's verdict on one plan, through a Guard episode that holds the plan's task and earlier calls,
+    and the nanoseconds the Guard's `before_action` took (the episode's own start, steps and finish not counted)."""
+    ctx = guard.start_episode(task=context.task)
+    try:
+        for step in context.steps():
+            guard.on_step(ctx, step)
+        chosen = modal_index(samples, layer.gate.registry)
+        call_id = f"plan-{plan.index}"
+        layer.stage(ctx, samples, call_id=call_id)
+        action = Action.tool_call(plan.tool, samples[chosen].args, call_id=call_id)
+        started = time.perf_counter_ns()
+        guard.before_action(ctx, action)
+        return layer.verdicts(ctx)[-1], time.perf_counter_ns() - started
+    finally:
+        guard.on_finish(ctx)
+
+
 SWEEP_PARAPHRASE = (0.0, 0.25, 0.5, 0.75)
 SWEEP_COINCIDENT = (0.0, 0.25, 0.5)
+SWEEP_GAP = (0.0, 0.05, 0.1, 0.2)
+SWEEP_RECOMBINED = (0.5, 1.0)
+
+
+def _point(figures: dict[str, Any], **where: float) -> dict[str, Any]:
+    scorers = figures["scorers"]
+    return {**where,
+            "separated_fp_share": figures["separated_fp_share"],
+            "fabricated_accepted_share": figures["fabricated_accepted_share"],
+            "separated_rejections": figures["separated_rejections"],
+            "separated_fp_by_cause": figures["separated_fp_by_cause"],
+            "naive_fp_share": figures["naive_fp_share"],
+            "naive_fabricated_accepted_share": scorers["naive"]["fabricated_accepted_share"],
+            "layer_fp_share": figures["layer_fp_share"],
+            "layer_fabricated_accepted_share": figures["layer_fabricated_accepted_share"],
+            "layer_rejections": figures["layer_rejections"],
+            "layer_fp_by_cause": scorers["layer"]["fp_by_cause"],
+            "layer_fp_by_route": figures["layer_fp_by_route"],
+            "layer_missed_fabricated_by_reason": scorers["layer"]["missed_fabricated_by_reason"],
+            "n_by_kind": figures["n_by_kind"]}
 
 
 def run_sweep(*, paraphrase_rates: Sequence[float] = SWEEP_PARAPHRASE,
               coincident_rates: Sequence[float] = SWEEP_COINCIDENT, n_plans: int = 1000,
               show_progress: bool = False, **options: Any) -> list[dict[str, Any]]:
-    """The separated gate's figures at each (paraphrase rate, coincident-fabrication rate), same seed and sandbox."""
+    """Every scorer's figures at each (paraphrase rate, coincident-fabrication rate), same seed and sandbox."""
     points = []
     grid = [(p, c) for p in paraphrase_rates for c in coincident_rates]
     for paraphrase, coincident in progress(grid, desc="sweep", enabled=show_progress):
         figures = run_benchmark(n_plans=n_plans, paraphrase_rate=paraphrase, coincident_rate=coincident, **options)
-        points.append({"paraphrase_rate": paraphrase, "coincident_rate": coincident,
-                       "separated_fp_share": figures["separated_fp_share"],
-                       "fabricated_accepted_share": figures["fabricated_accepted_share"],
-                       "separated_rejections": figures["separated_rejections"],
-                       "separated_fp_by_cause": figures["separated_fp_by_cause"],
-                       "n_by_kind": figures["n_by_kind"]})
+        points.append(_point(figures, paraphrase_rate=paraphrase, coincident_rate=coincident))
+    return points
+
+
+def run_stress(*, name: str, rates: Sequence[float], paraphrase_rate: float, coincident_rate: float,
+               n_plans: int = 1000, show_progress: bool = False, **options: Any) -> list[dict[str, Any]]:
+    """One more knob swept at a fixed (paraphrase, coincident) point: `name` is ``gap_rate`` or ``recombined_rate``."""
+    points = []
+    for rate in progress(rates, desc=name, enabled=show_progress):
+        knob: dict[str, Any] = {name: rate}
+        figures = run_benchmark(n_plans=n_plans, paraphrase_rate=paraphrase_rate, coincident_rate=coincident_rate,
+                                **knob, **options)
+        point = _point(figures, paraphrase_rate=paraphrase_rate, coincident_rate=coincident_rate, **{name: rate})
+        point["n_recombined"] = figures["n_recombined"]
+        points.append(point)
     return points
 
 
@@ -404,10 +575,22 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of candidates that respell their values (number formats, paths, spaces)")
     parser.add_argument("--coincident", type=float, default=0.0,
                         help="chance a fabricated candidate repeats the plan's first invention")
+    parser.add_argument("--gap", type=float, default=0.0,
+                        help="share of real plans whose value appears nowhere in the episode the guard sees")
+    parser.add_argument("--recombined", type=float, default=0.0,
+                        help="share of fabricated plans built from parts of the episode (file names, numbers)")
+    parser.add_argument("--probe-rounds", type=int, default=3, help="determinism probe rounds for the layer")
+    parser.add_argument("--probe-interval-ms", type=float, default=20.0, help="time between probe rounds")
+    parser.add_argument("--probe-trials", type=int, default=10,
+                        help="repeat each probe variant this often on fresh registries (flag rates, median ms)")
     parser.add_argument("--sweep-paraphrase", type=float, nargs="*", default=list(SWEEP_PARAPHRASE),
                         help="paraphrase rates of the sweep (none: no sweep)")
     parser.add_argument("--sweep-coincident", type=float, nargs="*", default=list(SWEEP_COINCIDENT),
                         help="coincident-fabrication rates of the sweep")
+    parser.add_argument("--sweep-gap", type=float, nargs="*", default=list(SWEEP_GAP),
+                        help="context-gap rates swept at paraphrase 0.5, coincident 0.5 (none: skip)")
+    parser.add_argument("--sweep-recombined", type=float, nargs="*", default=list(SWEEP_RECOMBINED),
+                        help="recombined-fabrication rates swept at paraphrase 0.5, coincident 0.5 (none: skip)")
     parser.add_argument("--sweep-plans", type=int, default=1000, help="plans per sweep point (default 1000)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -422,51 +605,71 @@ def _run(args: argparse.Namespace) -> int:
     if not (0.0 <= args.fabricated <= 1.0 and 0.0 <= args.ambiguous <= 1.0 - args.fabricated):
         sys.stderr.write("guardrail bench consistency: --fabricated and --ambiguous must be fractions summing to <= 1\n")
         return 2
-    rates = [args.paraphrase, args.coincident, *args.sweep_paraphrase, *args.sweep_coincident]
+    rates = [args.paraphrase, args.coincident, args.gap, args.recombined, *args.sweep_paraphrase,
+             *args.sweep_coincident, *args.sweep_gap, *args.sweep_recombined]
     if not all(0.0 <= rate <= 1.0 for rate in rates) or args.sweep_plans < 1:
-        sys.stderr.write("guardrail bench consistency: paraphrase and coincident rates must be in [0, 1], "
-                         "--sweep-plans >= 1\n")
+        sys.stderr.write("guardrail bench consistency: paraphrase, coincident, gap and recombined rates must be in "
+                         "[0, 1], --sweep-plans >= 1\n")
         return 2
-    figures = run_benchmark(n_plans=args.plans, n_samples=args.samples, seed=args.seed,
-                            fabricated_fraction=args.fabricated, ambiguous_fraction=args.ambiguous,
-                            naive_threshold=args.naive_threshold, model_latency_s=args.model_latency_s,
-                            write_interval_s=args.write_interval_ms / 1e3,
-                            reload_interval_s=args.reload_interval_ms / 1e3, paraphrase_rate=args.paraphrase,
-                            coincident_rate=args.coincident, show_progress=not args.json)
-    sweep_options = {"n_samples": args.samples, "seed": args.seed, "fabricated_fraction": args.fabricated,
-                     "ambiguous_fraction": args.ambiguous, "naive_threshold": args.naive_threshold,
-                     "model_latency_s": args.model_latency_s, "write_interval_s": args.write_interval_ms / 1e3,
-                     "reload_interval_s": args.reload_interval_ms / 1e3}
+    if args.probe_rounds < 2 or args.probe_interval_ms < 0:
+        sys.stderr.write("guardrail bench consistency: --probe-rounds must be >= 2 and --probe-interval-ms >= 0\n")
+        return 2
+    options = {"n_samples": args.samples, "seed": args.seed, "fabricated_fraction": args.fabricated,
+               "ambiguous_fraction": args.ambiguous, "naive_threshold": args.naive_threshold,
+               "model_latency_s": args.model_latency_s, "write_interval_s": args.write_interval_ms / 1e3,
+               "reload_interval_s": args.reload_interval_ms / 1e3, "probe_rounds": args.probe_rounds,
+               "probe_interval_s": args.probe_interval_ms / 1e3}
+    figures = run_benchmark(n_plans=args.plans, paraphrase_rate=args.paraphrase, coincident_rate=args.coincident,
+                            gap_rate=args.gap, recombined_rate=args.recombined, probe_trials=args.probe_trials,
+                            show_progress=not args.json, **options)
     figures["sweep"] = run_sweep(paraphrase_rates=args.sweep_paraphrase,
                                  coincident_rates=args.sweep_coincident if args.sweep_paraphrase else [],
-                                 n_plans=args.sweep_plans, show_progress=not args.json, **sweep_options)
+                                 n_plans=args.sweep_plans, show_progress=not args.json, **options)
+    figures["gap_sweep"] = run_stress(name="gap_rate", rates=args.sweep_gap, paraphrase_rate=0.5, coincident_rate=0.5,
+                                      n_plans=args.sweep_plans, show_progress=not args.json, **options)
+    # The search index honest (writer stopped) and ambiguous plans six times as common: paraphrased queries judged.
+    quiet = {**options, "write_interval_s": None, "ambiguous_fraction": min(0.30, 1.0 - args.fabricated)}
+    figures["free_text_point"] = _point(run_benchmark(n_plans=args.sweep_plans, paraphrase_rate=0.5,
+                                                      coincident_rate=0.5, **quiet),
+                                        paraphrase_rate=0.5, coincident_rate=0.5)
+    figures["free_text_point"].update(search_index_writer="stopped", ambiguous_fraction=quiet["ambiguous_fraction"])
+    figures["recombined_sweep"] = run_stress(name="recombined_rate", rates=args.sweep_recombined, paraphrase_rate=0.5,
+                                             coincident_rate=0.5, n_plans=args.sweep_plans,
+                                             show_progress=not args.json, **options)
     if args.json:
         emit_json(figures)
         return 0
-    print_table([
-        {"scorer": "naive (combined)", "rejections": figures["naive_rejections"],
-         "fp_share": figures["naive_fp_share"], "fabricated_recall": figures["fabricated_recall_naive"],
-         "us_per_sample": figures["naive_us_per_sample"]},
-        {"scorer": "separated", "rejections": figures["separated_rejections"],
-         "fp_share": figures["separated_fp_share"], "fabricated_recall": figures["fabricated_recall_separated"],
-         "us_per_sample": figures["added_us_per_sample"]},
-    ])
+    scorers = figures["scorers"]
+    print_table([{"scorer": label, "rejections": scorers[name]["rejections"], "fp_share": scorers[name]["fp_share"],
+                  "fabricated_recall": scorers[name]["fabricated_recall"],
+                  "fabricated_accepted": scorers[name]["fabricated_accepted_share"],
+                  "us_per_sample": scorers[name]["us_per_sample"]}
+                 for name, label in (("naive", "naive (combined)"), ("record", "record rule (separated)"),
+                                     ("layer", "layer (per-argument + provenance)"))])
     print(f"\nmis-declared tools found: {figures['misdeclared_found']} "
           f"(probe: {figures['misdeclared_by_probe']}, quarantine: {figures['misdeclared_by_quarantine']}; "
           f"truth: {figures['misdeclared_truth']})")
+    print("probes: " + "; ".join(f"{name}: {p['misdeclared']} in {p['ms']:.1f} ms"
+                                 for name, p in figures["probes"].items()))
+    for name, trial in figures["probe_trials"].items():
+        print(f"  {name}: flagged {trial['flagged']} of {trial['trials']} trials "
+              f"(honest tools flagged {trial['honest_flagged']}), median {trial['median_ms']:.1f} ms")
     print(f"plans: {figures['n_plans']} ({figures['n_by_kind']}, {figures['n_out_of_scope']} out of scope), "
-          f"probe {figures['probe_ms']:.1f} ms, wall {figures['wall_s']:.1f} s")
-    print(f"fabricated plans that would run (separated gate): {figures['fabricated_accepted_share']}")
-    if figures["sweep"]:
-        print("\nsweep (separated gate; the sampler's paraphrases and coincident fabrications):")
-        print_table([{k: point[k] for k in ("paraphrase_rate", "coincident_rate", "separated_fp_share",
-                                            "fabricated_accepted_share", "separated_rejections")}
-                     for point in figures["sweep"]])
+          f"wall {figures['wall_s']:.1f} s")
+    columns = ("paraphrase_rate", "coincident_rate", "separated_fp_share", "fabricated_accepted_share",
+               "layer_fp_share", "layer_fabricated_accepted_share")
+    tables = (("sweep", figures["sweep"], ()), ("gap_sweep", figures["gap_sweep"], ("gap_rate",)),
+              ("recombined_sweep", figures["recombined_sweep"], ("recombined_rate",)),
+              ("free_text_point (search index writer stopped)", [figures["free_text_point"]], ()))
+    for title, points, extra in tables:
+        if points:
+            print(f"\n{title} (record rule: separated_*, fabricated_accepted_share; full layer: layer_*):")
+            print_table([{k: point[k] for k in (*extra, *columns)} for point in points])
     return 0
 
 
 BENCH = Command(
-    help="self-consistency gate: naive combined agreement vs the separated argument/result classifier",
+    help="self-consistency gate: naive combined agreement vs the record's rule vs the full layer (provenance)",
     add_arguments=_add_arguments,
     run=_run,
 )

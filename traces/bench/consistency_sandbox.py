@@ -283,25 +283,69 @@ class Sandbox:
             except LookupError:
                 pass
 
-    def schemas(self) -> list[ToolSchema]:
-        """Every tool's schema as declared: the three mis-declared tools claim determinism too."""
-        first_file = self.files[0]
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        """Each tool as a function-calling definition (name, description, JSON Schema parameters), as a model sees it.
+
+        What a deployer has anyway: types, enums, patterns, bounds, defaults, descriptions. The
+        three mis-declared tools claim ``x-deterministic`` too.
+        """
+        def tool(name: str, description: str, properties: dict[str, Any], required: list[str],
+                 deterministic: bool = True) -> dict[str, Any]:
+            return {"name": name, "description": description,
+                    "parameters": {"type": "object", "properties": properties, "required": required,
+                                   "x-deterministic": deterministic}}
+
+        path = {"type": "string", "description": "Workspace-relative file path"}
+        currency = {"type": "string", "enum": sorted({c for pair in _CURRENCY_RATES for c in pair})}
         return [
-            ToolSchema("search_index", True, probe_args={"query": "deploy", "limit": 5}),
-            ToolSchema("read_config", True, probe_args={"key": "db.pool_size"}),
-            ToolSchema("resolve_user", True, probe_args={"handle": self.handles[0]}),
-            ToolSchema("get_order", True, unordered_args=frozenset({"fields"}),
-                       probe_args={"order_id": self.order_ids[0], "fields": ["status", "total"]}),
-            ToolSchema("lookup_product", True, probe_args={"sku": self.skus[0]}),
-            ToolSchema("read_file", True, probe_args={"path": first_file}),
-            ToolSchema("list_directory", True, unordered_result=frozenset({""}), probe_args={"path": "docs"}),
-            ToolSchema("file_checksum", True, probe_args={"path": first_file}),
-            ToolSchema("count_lines", True, probe_args={"path": first_file}),
-            ToolSchema("convert_currency", True,
-                       probe_args={"amount": 10, "from_currency": "EUR", "to_currency": "USD"}),
-            ToolSchema("get_current_time", False),
-            ToolSchema("random_sample", False),
+            tool("search_index", "Full-text search over the team's notes and incident write-ups; top hits first.",
+                 {"query": {"type": "string", "description": "Search terms, in natural language"},
+                  "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5}}, ["query"]),
+            tool("read_config", "Read one value from the service configuration.",
+                 {"key": {"type": "string", "pattern": r"^[a-z_]+(\.[a-z_]+)*$",
+                          "description": "Dotted path of the configuration key"}}, ["key"]),
+            tool("resolve_user", "The directory record of a user.",
+                 {"handle": {"type": "string", "pattern": r"^user\d{3}$", "description": "The user's handle"}},
+                 ["handle"]),
+            tool("get_order", "Look up an order.",
+                 {"order_id": {"type": "string", "pattern": r"^ORD-\d+$", "description": "Order number"},
+                  "fields": {"type": "array", "uniqueItems": True,
+                             "items": {"type": "string", "enum": ["status", "total", "sku", "customer"]}}},
+                 ["order_id"]),
+            tool("lookup_product", "A product's name and price.",
+                 {"sku": {"type": "string", "pattern": r"^SKU-\d{6}$", "description": "Stock-keeping unit"}}, ["sku"]),
+            tool("read_file", "Read a text file of the workspace.", {"path": path}, ["path"]),
+            tool("list_directory", "List a folder of the workspace.",
+                 {"path": {"type": "string", "description": "Workspace-relative folder", "default": "."}}, []),
+            tool("file_checksum", "SHA-256 of a workspace file.", {"path": path}, ["path"]),
+            tool("count_lines", "Number of lines of a workspace file.", {"path": path}, ["path"]),
+            tool("convert_currency", "Convert an amount of money at today's fixed rate table.",
+                 {"amount": {"type": "number", "exclusiveMinimum": 0, "description": "The amount to convert"},
+                  "from_currency": currency, "to_currency": currency}, ["amount", "from_currency", "to_currency"]),
+            tool("get_current_time", "The current time.",
+                 {"timezone": {"type": "string", "default": "UTC", "description": "IANA time zone"}}, [],
+                 deterministic=False),
+            tool("random_sample", "k items drawn at random.",
+                 {"population": {"type": "array"}, "k": {"type": "integer", "minimum": 1}}, ["population"],
+                 deterministic=False),
         ]
+
+    def schemas(self) -> list[ToolSchema]:
+        """Every tool's schema as declared (from `tool_definitions`): the three mis-declared tools claim determinism too."""
+        first_file = self.files[0]
+        probe_args: dict[str, dict[str, Any]] = {
+            "search_index": {"query": "deploy", "limit": 5}, "read_config": {"key": "db.pool_size"},
+            "resolve_user": {"handle": self.handles[0]},
+            "get_order": {"order_id": self.order_ids[0], "fields": ["status", "total"]},
+            "lookup_product": {"sku": self.skus[0]}, "read_file": {"path": first_file},
+            "list_directory": {"path": "docs"}, "file_checksum": {"path": first_file},
+            "count_lines": {"path": first_file},
+            "convert_currency": {"amount": 10, "from_currency": "EUR", "to_currency": "USD"},
+        }
+        results = {"list_directory": {"type": "array", "uniqueItems": True}}  # listdir order is the filesystem's
+        return [ToolSchema.from_json_schema(d["name"], d["parameters"], result_schema=results.get(d["name"]),
+                                            probe_args=probe_args.get(d["name"]), description=d["description"])
+                for d in self.tool_definitions()]
 
     # ------------------------------------------------------------------ setup
     def _make_workspace(self, rng: random.Random) -> list[str]:
