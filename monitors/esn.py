@@ -48,45 +48,91 @@ class EsnCusum:
                                               "input_scale", "ridge", "kappa", "n_folds", "random_state")}
 
     # ------------------------------------------------------------------ fit
-    def fit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice]) -> EsnCusum:
-        """Fit the readouts on healthy (T, dim) sequences; calibrate surprise out of fold."""
+    def fit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+            folds: np.ndarray | None = None) -> EsnCusum:
+        """Fit the readouts on healthy (T, dim) sequences; calibrate surprise out of fold (`folds`: the
+        episodes' fold labels, default round-robin over `n_folds`)."""
+        data = self._prepare(healthy, slices, folds)
+        self._finish(data, excluded=())
+        return self
+
+    def crossfit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+                 folds: np.ndarray) -> list[np.ndarray]:
+        """Each episode's per-step scores from the model fitted without its fold; leaves self fitted on all.
+
+        One pass of reservoir states and one Gram matrix per fold serve every fit: the readout
+        without folds F solves (G - sum_{f in F} G_f) A = B - sum_{f in F} B_f (all members of a
+        channel in one batched solve), so the cross-fit costs a few small solves, not refits.
+        """
+        data = self._prepare(healthy, slices, folds)
+        out: list[np.ndarray] = [np.zeros(0)] * len(healthy)
+        for fold in np.unique(data.folds).tolist():
+            readouts = self._finish(data, excluded=(fold,))
+            for e in np.flatnonzero(data.folds == fold).tolist():
+                out[e] = self._scores_from_rows(data, e, readouts)
+        self._finish(data, excluded=())
+        return out
+
+    def _prepare(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+                 folds: np.ndarray | None) -> _FitData:
         if not healthy:
             raise ValueError("EsnCusum.fit needs at least one healthy episode")
         self.channels_ = list(slices)
         self._set_layout(slices, int(healthy[0].shape[1]))
         self._init_reservoirs()
-        designs, row_episode = self._designs(healthy)  # per reservoir: (Z_r, Y_r) over all (episode, t) rows
-        folds_of_episode = np.arange(len(healthy)) % max(2, min(self.n_folds, len(healthy)))
-        row_fold = folds_of_episode[row_episode]
-        residuals = [np.empty_like(y) for _, y in designs]
-        for fold in np.unique(folds_of_episode):
-            held_out = row_fold == fold
-            readouts = self._solve(designs, ~held_out)
-            for r, (z, y) in enumerate(designs):
-                residuals[r][held_out] = np.einsum("ti,ij->tj", z[held_out], readouts[r]) - y[held_out]
-        # Residual scale per reservoir output dimension, pooled over the K members of a channel.
+        if folds is None:
+            folds = np.arange(len(healthy)) % max(2, min(self.n_folds, len(healthy)))
+        return _FitData(self, healthy, np.asarray(folds))
+
+    def _finish(self, data: _FitData, excluded: tuple[int, ...]) -> list[np.ndarray]:
+        """Calibrate and fit without the `excluded` folds; sets the model's state, returns the readouts."""
+        kept_folds = [f for f in np.unique(data.folds).tolist() if f not in excluded]
+        residuals: list[list[np.ndarray]] = [[] for _ in self.channels_]
+        # Out-of-fold residuals for each kept fold's rows: readouts fitted without it (and without `excluded`),
+        # every fold's readouts in one batched solve per channel.
+        inner = data.readouts_many([excluded + (fold,) for fold in kept_folds])
+        for j, fold in enumerate(kept_folds):
+            rows = np.flatnonzero(data.row_fold == fold)
+            for c in range(len(self.channels_)):
+                residuals[c].append(data.residuals(c, inner[c][j], rows))
+        # Residual scale per output dimension, pooled over the K members of a channel.
         sigma = np.empty(self.out_dim_)
+        q_parts = []
         for c in range(len(self.channels_)):
-            pooled = np.vstack([residuals[r] for r in self._members(c)])
-            scale = np.sqrt(np.mean(pooled ** 2, axis=0)) if len(pooled) else np.ones(pooled.shape[1])
+            pooled = np.concatenate(residuals[c], axis=1) if residuals[c] else np.zeros((self.n_members, 0, 1))
+            width = pooled.shape[2]
+            scale = np.sqrt(np.mean(pooled ** 2, axis=(0, 1))) if pooled.shape[1] else np.ones(width)
             scale = np.maximum(scale, 1e-3 + 0.05 * float(np.mean(scale)) if scale.size else 1e-3)
             for r in self._members(c):
                 sigma[self.out_slices_[r]] = scale
+            # q: mean over members and dimensions of the normalised squared error, per row.
+            q_parts.append(np.mean((pooled / scale) ** 2, axis=(0, 2)) if pooled.shape[1] else np.zeros(0))
         self.inv_sigma_ = 1.0 / sigma
-        # Calibration of the surprise q per channel, from the same out-of-fold residuals.
-        q = np.zeros((len(row_episode), len(self.channels_)))
-        for c in range(len(self.channels_)):
-            for r in self._members(c):
-                err = residuals[r] * self.inv_sigma_[self.out_slices_[r]]
-                q[:, c] += np.mean(err ** 2, axis=1) / self.n_members
+        q = np.column_stack(q_parts) if q_parts and q_parts[0].size else np.zeros((0, len(self.channels_)))
         # Standardise by the out-of-fold mean and standard deviation (not median/MAD): q is right-skewed,
         # and only a mean-centred z gives the CUSUM the negative drift (-kappa) it needs on healthy runs.
         center = q.mean(axis=0) if len(q) else np.zeros(len(self.channels_))
         spread = q.std(axis=0) if len(q) else np.ones(len(self.channels_))
         self.q_center_ = center
         self.q_scale_ = np.maximum(spread, 1e-6 + 0.1 * np.abs(center))
-        self._build_readout(self._solve(designs, np.ones(len(row_episode), dtype=bool)))
-        return self
+        readouts = data.readouts(excluded)
+        self._build_readout([readouts[c][k] for c in range(len(self.channels_)) for k in range(self.n_members)])
+        return readouts
+
+    def _scores_from_rows(self, data: _FitData, episode: int, readouts: list[np.ndarray]) -> np.ndarray:
+        """An episode's per-step scores under `readouts` and the current calibration: the stream's values,
+        from the prepared design rows (row t predicts step t + 1; step 0 scores 0)."""
+        rows = np.flatnonzero(data.row_episode == episode)
+        z = np.empty((len(rows), len(self.channels_)))
+        for c in range(len(self.channels_)):
+            err = data.residuals(c, readouts[c], rows) * self.inv_sigma_[self.out_slices_[self._members(c)[0]]]
+            z[:, c] = (np.mean(err ** 2, axis=(0, 2)) - self.q_center_[c]) / self.q_scale_[c] - self.kappa
+        scores = np.zeros(len(rows) + 1)
+        level = np.zeros(len(self.channels_))
+        for t in range(len(rows)):
+            level = np.maximum(level + z[t], 0.0)
+            scores[t + 1] = level.max()
+        return scores
 
     def _set_layout(self, slices: dict[str, slice], dim: int) -> None:
         self.dim_ = dim
@@ -148,33 +194,6 @@ class EsnCusum:
             out[:, t] = h
         return out
 
-    def _designs(self, seqs: Sequence[np.ndarray]) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
-        """Per reservoir: inputs [h_t; x_t; 1] and targets x_{t+1} on its channel over every (episode, t < T-1)."""
-        states = self._batch_states(seqs)
-        rows = [(e, t) for e, seq in enumerate(seqs) for t in range(len(seq) - 1)]
-        episode_of_row = np.array([e for e, _ in rows], dtype=int)
-        time_of_row = np.array([t for _, t in rows], dtype=int)
-        x_now = np.vstack([seq[:-1] for seq in seqs if len(seq) > 1]) if rows else np.zeros((0, self.dim_))
-        x_next = np.vstack([seq[1:] for seq in seqs if len(seq) > 1]) if rows else np.zeros((0, self.dim_))
-        ones = np.ones((len(rows), 1))
-        designs = []
-        for r in range(self.n_reservoirs_):
-            sl = self.slices_[self.channels_[int(self.reservoir_channel_[r])]]
-            h = states[episode_of_row, time_of_row, r]
-            designs.append((np.hstack([h, x_now[:, sl], ones]), x_next[:, sl]))
-        return designs, episode_of_row
-
-    def _solve(self, designs: Sequence[tuple[np.ndarray, np.ndarray]], rows: np.ndarray) -> list[np.ndarray]:
-        # einsum rather than `@` for the Gram matrices: these are a few hundred rows by a few dozen
-        # columns, where multithreaded BLAS only adds contention (it tripled the fit on a busy machine).
-        readouts = []
-        for z_all, y_all in designs:
-            z, y = z_all[rows], y_all[rows]
-            gram = np.einsum("ti,tj->ij", z, z) + self.ridge * np.eye(z.shape[1])
-            gram[-1, -1] -= self.ridge - 1e-8  # leave the intercept (nearly) unpenalised
-            readouts.append(np.linalg.solve(gram, np.einsum("ti,tj->ij", z, y)))
-        return readouts
-
     def _build_readout(self, readouts: list[np.ndarray]) -> None:
         """One dense map from [h (R*N); x (dim); 1] to every member's prediction (one matvec per step)."""
         n = self.n_units
@@ -200,10 +219,14 @@ class EsnCusum:
         for r in range(self.n_reservoirs_):
             block = slice(r * self.n_units, (r + 1) * self.n_units)
             recurrent[block, block] = self.w_[r]
-        self.step_map_ = np.vstack([self.readout_, recurrent])
+        # Predictions come out already scaled by 1/sigma, and one input matvec gives both the reservoir drive
+        # W_in x and minus the scaled targets, so the step's error is one add (no gather, no rescale).
+        self.step_map_ = np.vstack([self.readout_ * self.inv_sigma_[:, None], recurrent])
+        targets = np.zeros((self.out_dim_, self.dim_))
+        targets[np.arange(self.out_dim_), self.target_index_] = -self.inv_sigma_
+        self.in_map_ = np.vstack([self.w_in_, targets])
         self.pool_scaled_ = self.pool_ / self.q_scale_[:, None]
         self.offset_ = self.q_center_ / self.q_scale_ + self.kappa
-        self.target_scale_ = self.inv_sigma_
 
     # ------------------------------------------------------------------ state for model files
     def get_state(self) -> dict[str, np.ndarray]:
@@ -221,6 +244,72 @@ class EsnCusum:
         return EsnCusumStream(self)
 
 
+class _FitData:
+    """Everything a fit needs once: per channel, the design rows [h_t; x_t; 1] of all K members, the targets
+    x_{t+1}, and per fold the Gram matrices G_f = Z_f' Z_f and B_f = Z_f' Y_f (all members batched)."""
+
+    def __init__(self, model: EsnCusum, healthy: Sequence[np.ndarray], folds: np.ndarray) -> None:
+        self.model = model
+        self.folds = folds
+        states = model._batch_states(healthy)
+        rows = [(e, t) for e, seq in enumerate(healthy) for t in range(len(seq) - 1)]
+        self.row_episode = np.array([e for e, _ in rows], dtype=int)
+        time_of_row = np.array([t for _, t in rows], dtype=int)
+        self.row_fold = folds[self.row_episode] if rows else np.zeros(0, dtype=int)
+        x_now = np.vstack([seq[:-1] for seq in healthy if len(seq) > 1]) if rows else np.zeros((0, model.dim_))
+        x_next = np.vstack([seq[1:] for seq in healthy if len(seq) > 1]) if rows else np.zeros((0, model.dim_))
+        k = model.n_members
+        self.designs: list[np.ndarray] = []  # per channel (K, rows, F)
+        self.targets: list[np.ndarray] = []  # per channel (rows, width)
+        self.grams: list[dict[int, tuple[np.ndarray, np.ndarray]]] = []
+        self.totals: list[tuple[np.ndarray, np.ndarray]] = []  # per channel: the Gram and cross sums over all folds
+        fold_ids = np.unique(folds).tolist()
+        for c, name in enumerate(model.channels_):
+            sl = model.slices_[name]
+            members = states[self.row_episode, time_of_row][:, c * k:(c + 1) * k]  # (rows, K, N)
+            inputs = np.broadcast_to(np.hstack([x_now[:, sl], np.ones((len(rows), 1))]),
+                                     (k, len(rows), sl.stop - sl.start + 1))
+            z = np.concatenate([members.transpose(1, 0, 2), inputs], axis=2)
+            y = x_next[:, sl]
+            self.designs.append(z)
+            self.targets.append(y)
+            per_fold = {}
+            for fold in fold_ids:
+                sel = self.row_fold == fold
+                zf = z[:, sel]
+                # einsum rather than `@`: a few hundred rows by a few dozen columns, where multithreaded
+                # BLAS only adds contention on a busy machine.
+                per_fold[fold] = (np.einsum("kti,ktj->kij", zf, zf), np.einsum("kti,tj->kij", zf, y[sel]))
+            self.grams.append(per_fold)
+            self.totals.append((sum((g for g, _ in per_fold.values()), np.zeros((k, z.shape[2], z.shape[2]))),
+                                sum((b for _, b in per_fold.values()), np.zeros((k, z.shape[2], y.shape[1])))))
+
+    def readouts(self, excluded: tuple[int, ...]) -> list[np.ndarray]:
+        """Per channel (K, F, width): the ridge readouts fitted on every fold but `excluded`."""
+        return [per_channel[0] for per_channel in self.readouts_many([excluded])]
+
+    def readouts_many(self, exclusions: Sequence[tuple[int, ...]]) -> list[list[np.ndarray]]:
+        """Per channel, per exclusion: the readouts without those folds (one batched solve per channel)."""
+        model = self.model
+        out: list[list[np.ndarray]] = []
+        for c, per_fold in enumerate(self.grams):
+            total_gram, total_cross = self.totals[c]
+            f = total_gram.shape[-1]
+            grams = np.stack([total_gram - sum((per_fold[x][0] for x in ex if x in per_fold), np.zeros_like(total_gram))
+                              for ex in exclusions])
+            crosses = np.stack([total_cross - sum((per_fold[x][1] for x in ex if x in per_fold),
+                                                  np.zeros_like(total_cross)) for ex in exclusions])
+            penalty = model.ridge * np.eye(f)
+            penalty[-1, -1] = 1e-8  # leave the intercept (nearly) unpenalised
+            solved = np.linalg.solve(grams + penalty, crosses)  # (exclusions, K, F, width)
+            out.append(list(solved))
+        return out
+
+    def residuals(self, channel: int, readout: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(K, len(rows), width): each member's prediction error on the given rows."""
+        return np.einsum("kti,kij->ktj", self.designs[channel][:, rows], readout) - self.targets[channel][rows]
+
+
 class EsnCusumStream:
     """One episode: reservoir state, the previous step's prediction, and one CUSUM per channel.
 
@@ -228,37 +317,45 @@ class EsnCusumStream:
     members and channels batched (one stacked matvec for prediction and recurrence, one for input).
     """
 
-    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x")
+    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x", "_keep", "_leak", "_od")
 
     def __init__(self, model: EsnCusum) -> None:
         self._m = model
         self._rn = model.n_reservoirs_ * model.n_units
+        self._od = model.out_dim_
         self._z = np.zeros(self._rn + model.dim_ + 1)  # [h_t; x_t; 1], the readout's input
         self._z[-1] = 1.0
         self._h = self._z[:self._rn]
         self._x = self._z[self._rn:self._rn + model.dim_]
-        self._pred: np.ndarray | None = None
+        self._pred: np.ndarray | None = None  # the previous step's prediction of x_t, scaled by 1/sigma
         self._wh = np.zeros(self._rn)
         self._cusum = np.zeros(len(model.channels_))
+        self._leak = model.leak
+        self._keep = 1.0 - model.leak
 
     def update(self, x: np.ndarray) -> float:
         m = self._m
+        drive = m.in_map_ @ x  # [W_in x; -x_t[targets] / sigma]
+        cusum = self._cusum
         if self._pred is not None:
-            err = (self._pred - x[m.target_index_]) * m.target_scale_
-            # S = max(0, S + z(q) - kappa), with z's median/scale folded into pool_scaled_ and offset_.
-            self._cusum += m.pool_scaled_ @ (err * err)
-            self._cusum -= m.offset_
-            np.maximum(self._cusum, 0.0, out=self._cusum)
-        pre = self._wh + m.w_in_ @ x
+            err = self._pred + drive[self._rn:]
+            err *= err
+            # S = max(0, S + z(q) - kappa), with z's center and scale folded into pool_scaled_ and offset_.
+            cusum += m.pool_scaled_ @ err
+            cusum -= m.offset_
+            np.maximum(cusum, 0.0, out=cusum)
+        pre = drive[:self._rn]
+        pre += self._wh
         np.tanh(pre, out=pre)
-        pre *= m.leak
-        self._h *= 1.0 - m.leak
-        self._h += pre
+        pre *= self._leak
+        h = self._h
+        h *= self._keep
+        h += pre
         self._x[:] = x
         out = m.step_map_ @ self._z
-        self._pred = out[:m.out_dim_]
-        self._wh = out[m.out_dim_:]
-        return float(self._cusum.max())
+        self._pred = out[:self._od]
+        self._wh = out[self._od:]
+        return float(cusum.max())
 
     def channel_scores(self) -> dict[str, float]:
         return {name: float(v) for name, v in zip(self._m.channels_, self._cusum, strict=True)}

@@ -35,6 +35,7 @@ __all__ = [
     "RejectedEntry",
     "SENTINEL_SCHEMA",
     "iter_corpus",
+    "manifest_entries",
     "format_tool_text",
     "parse_tool_text",
     "read_corpus",
@@ -218,6 +219,14 @@ def iter_corpus(
             yield episode
 
 
+def manifest_entries(path: str | os.PathLike[str]) -> int:
+    """How many episodes a corpus's manifest lists (either format), whether or not they can be read."""
+    raw = _load_manifest(Path(path))
+    if isinstance(raw, dict):
+        raw = raw.get("episodes")
+    return len(raw) if isinstance(raw, list) else 0
+
+
 def read_episodes(path: str | os.PathLike[str], ids: Iterable[str], *,
                   issues: list[CorpusIssue] | None = None, verify: bool = True) -> list[Episode]:
     """The listed episodes of a corpus, in the order given (unknown ids are left out): one shard's worth
@@ -378,7 +387,12 @@ def step_from_sentinel(obj: dict[str, Any], index: int) -> Step:
         events = parse_tool_text(text) if isinstance(text, str) else []
         meta["tool_events_from_text"] = True
     elif isinstance(raw_events, list):
-        events = [_tool_event_from_sentinel(e) for e in raw_events]
+        events = []
+        for position, raw_event in enumerate(raw_events):
+            try:
+                events.append(_tool_event_from_sentinel(raw_event))
+            except ValidationError as exc:
+                raise ValueError(f"tool_events.{position}.{_short(exc)}") from exc
     elif raw_events is None:
         events = []
     else:
