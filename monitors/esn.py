@@ -86,50 +86,45 @@ class EsnCusum:
 
     def _finish(self, data: _FitData, excluded: tuple[int, ...]) -> list[np.ndarray]:
         """Calibrate and fit without the `excluded` folds; sets the model's state, returns the readouts."""
-        kept_folds = [f for f in np.unique(data.folds).tolist() if f not in excluded]
-        residuals: list[list[np.ndarray]] = [[] for _ in self.channels_]
+        kept_folds = [f for f in data.fold_ids if f not in excluded]
         # Out-of-fold residuals for each kept fold's rows: readouts fitted without it (and without `excluded`),
         # every fold's readouts in one batched solve per channel.
         inner = data.readouts_many([excluded + (fold,) for fold in kept_folds])
-        for j, fold in enumerate(kept_folds):
-            rows = np.flatnonzero(data.row_fold == fold)
-            for c in range(len(self.channels_)):
-                residuals[c].append(data.residuals(c, inner[c][j], rows))
-        # Residual scale per output dimension, pooled over the K members of a channel.
         sigma = np.empty(self.out_dim_)
         q_parts = []
         for c in range(len(self.channels_)):
-            pooled = np.concatenate(residuals[c], axis=1) if residuals[c] else np.zeros((self.n_members, 0, 1))
-            width = pooled.shape[2]
-            scale = np.sqrt(np.mean(pooled ** 2, axis=(0, 1))) if pooled.shape[1] else np.ones(width)
+            pooled = np.concatenate([data.residuals(c, inner[c][j], data.fold_rows[fold])
+                                     for j, fold in enumerate(kept_folds)], axis=1)
+            # Residual scale per output dimension, pooled over the K members of a channel.
+            scale = np.sqrt(np.mean(pooled ** 2, axis=(0, 1))) if pooled.shape[1] else np.ones(pooled.shape[2])
             scale = np.maximum(scale, 1e-3 + 0.05 * float(np.mean(scale)) if scale.size else 1e-3)
             for r in self._members(c):
                 sigma[self.out_slices_[r]] = scale
             # q: mean over members and dimensions of the normalised squared error, per row.
-            q_parts.append(np.mean((pooled / scale) ** 2, axis=(0, 2)) if pooled.shape[1] else np.zeros(0))
+            q_parts.append(np.mean((pooled / scale) ** 2, axis=(0, 2)))
         self.inv_sigma_ = 1.0 / sigma
-        q = np.column_stack(q_parts) if q_parts and q_parts[0].size else np.zeros((0, len(self.channels_)))
+        q = np.column_stack(q_parts)
         # Standardise by the out-of-fold mean and standard deviation (not median/MAD): q is right-skewed,
         # and only a mean-centred z gives the CUSUM the negative drift (-kappa) it needs on healthy runs.
         center = q.mean(axis=0) if len(q) else np.zeros(len(self.channels_))
         spread = q.std(axis=0) if len(q) else np.ones(len(self.channels_))
         self.q_center_ = center
         self.q_scale_ = np.maximum(spread, 1e-6 + 0.1 * np.abs(center))
-        readouts = data.readouts(excluded)
+        readouts = [per_channel[0] for per_channel in data.readouts_many([excluded])]
         self._build_readout([readouts[c][k] for c in range(len(self.channels_)) for k in range(self.n_members)])
         return readouts
 
     def _scores_from_rows(self, data: _FitData, episode: int, readouts: list[np.ndarray]) -> np.ndarray:
         """An episode's per-step scores under `readouts` and the current calibration: the stream's values,
         from the prepared design rows (row t predicts step t + 1; step 0 scores 0)."""
-        rows = np.flatnonzero(data.row_episode == episode)
-        z = np.empty((len(rows), len(self.channels_)))
+        rows = data.episode_rows[episode]
+        z = np.empty((rows.stop - rows.start, len(self.channels_)))
         for c in range(len(self.channels_)):
             err = data.residuals(c, readouts[c], rows) * self.inv_sigma_[self.out_slices_[self._members(c)[0]]]
             z[:, c] = (np.mean(err ** 2, axis=(0, 2)) - self.q_center_[c]) / self.q_scale_[c] - self.kappa
-        scores = np.zeros(len(rows) + 1)
+        scores = np.zeros(len(z) + 1)
         level = np.zeros(len(self.channels_))
-        for t in range(len(rows)):
+        for t in range(len(z)):
             level = np.maximum(level + z[t], 0.0)
             scores[t + 1] = level.max()
         return scores
@@ -245,69 +240,70 @@ class EsnCusum:
 
 
 class _FitData:
-    """Everything a fit needs once: per channel, the design rows [h_t; x_t; 1] of all K members, the targets
-    x_{t+1}, and per fold the Gram matrices G_f = Z_f' Z_f and B_f = Z_f' Y_f (all members batched)."""
+    """Everything a fit needs once: per channel, the design rows [h_t; x_t; 1] of all K members and the targets
+    x_{t+1}, ordered by fold (so a fold's rows, and an episode's, are one slice), and per fold the Gram matrices
+    G_f = Z_f' Z_f and B_f = Z_f' Y_f (all members batched)."""
 
     def __init__(self, model: EsnCusum, healthy: Sequence[np.ndarray], folds: np.ndarray) -> None:
         self.model = model
         self.folds = folds
+        self.fold_ids: list[int] = np.unique(folds).tolist()
         states = model._batch_states(healthy)
-        rows = [(e, t) for e, seq in enumerate(healthy) for t in range(len(seq) - 1)]
-        self.row_episode = np.array([e for e, _ in rows], dtype=int)
-        time_of_row = np.array([t for _, t in rows], dtype=int)
-        self.row_fold = folds[self.row_episode] if rows else np.zeros(0, dtype=int)
-        x_now = np.vstack([seq[:-1] for seq in healthy if len(seq) > 1]) if rows else np.zeros((0, model.dim_))
-        x_next = np.vstack([seq[1:] for seq in healthy if len(seq) > 1]) if rows else np.zeros((0, model.dim_))
+        order = np.argsort(folds, kind="stable")
+        self.episode_rows: dict[int, slice] = {}
+        self.fold_rows: dict[int, slice] = {}
+        row_episode: list[int] = []
+        row_time: list[int] = []
+        for e in order.tolist():
+            start = len(row_episode)
+            row_episode += [e] * (len(healthy[e]) - 1)
+            row_time += range(len(healthy[e]) - 1)
+            self.episode_rows[e] = slice(start, len(row_episode))
+        episode_index = np.array(row_episode, dtype=np.int64)
+        time_index = np.array(row_time, dtype=np.int64)
+        for fold in self.fold_ids:
+            members = [self.episode_rows[e] for e in np.flatnonzero(folds == fold).tolist()]
+            self.fold_rows[fold] = slice(min(m.start for m in members), max(m.stop for m in members))
+        x = np.zeros((len(row_episode), model.dim_))
+        x_next = np.zeros_like(x)
+        for e, rows in self.episode_rows.items():
+            x[rows], x_next[rows] = healthy[e][:-1], healthy[e][1:]
         k = model.n_members
+        row_states = states[episode_index, time_index]  # (rows, R, N)
         self.designs: list[np.ndarray] = []  # per channel (K, rows, F)
         self.targets: list[np.ndarray] = []  # per channel (rows, width)
-        self.grams: list[dict[int, tuple[np.ndarray, np.ndarray]]] = []
-        self.totals: list[tuple[np.ndarray, np.ndarray]] = []  # per channel: the Gram and cross sums over all folds
-        fold_ids = np.unique(folds).tolist()
+        self.fold_grams: list[np.ndarray] = []  # per channel (folds, K, F, F)
+        self.fold_cross: list[np.ndarray] = []  # per channel (folds, K, F, width)
         for c, name in enumerate(model.channels_):
             sl = model.slices_[name]
-            members = states[self.row_episode, time_of_row][:, c * k:(c + 1) * k]  # (rows, K, N)
-            inputs = np.broadcast_to(np.hstack([x_now[:, sl], np.ones((len(rows), 1))]),
-                                     (k, len(rows), sl.stop - sl.start + 1))
-            z = np.concatenate([members.transpose(1, 0, 2), inputs], axis=2)
+            inputs = np.broadcast_to(np.hstack([x[:, sl], np.ones((len(x), 1))]), (k, len(x), sl.stop - sl.start + 1))
+            z = np.concatenate([row_states[:, c * k:(c + 1) * k].transpose(1, 0, 2), inputs], axis=2)
             y = x_next[:, sl]
             self.designs.append(z)
             self.targets.append(y)
-            per_fold = {}
-            for fold in fold_ids:
-                sel = self.row_fold == fold
-                zf = z[:, sel]
-                # einsum rather than `@`: a few hundred rows by a few dozen columns, where multithreaded
-                # BLAS only adds contention on a busy machine.
-                per_fold[fold] = (np.einsum("kti,ktj->kij", zf, zf), np.einsum("kti,tj->kij", zf, y[sel]))
-            self.grams.append(per_fold)
-            self.totals.append((sum((g for g, _ in per_fold.values()), np.zeros((k, z.shape[2], z.shape[2]))),
-                                sum((b for _, b in per_fold.values()), np.zeros((k, z.shape[2], y.shape[1])))))
+            # einsum rather than `@` for the Gram matrices: a few hundred rows by a few dozen columns, where
+            # multithreaded BLAS only adds contention on a busy machine.
+            self.fold_grams.append(np.stack([np.einsum("kti,ktj->kij", z[:, self.fold_rows[f]], z[:, self.fold_rows[f]])
+                                             for f in self.fold_ids]))
+            self.fold_cross.append(np.stack([np.einsum("kti,tj->kij", z[:, self.fold_rows[f]], y[self.fold_rows[f]])
+                                             for f in self.fold_ids]))
 
-    def readouts(self, excluded: tuple[int, ...]) -> list[np.ndarray]:
-        """Per channel (K, F, width): the ridge readouts fitted on every fold but `excluded`."""
-        return [per_channel[0] for per_channel in self.readouts_many([excluded])]
-
-    def readouts_many(self, exclusions: Sequence[tuple[int, ...]]) -> list[list[np.ndarray]]:
-        """Per channel, per exclusion: the readouts without those folds (one batched solve per channel)."""
-        model = self.model
-        out: list[list[np.ndarray]] = []
-        for c, per_fold in enumerate(self.grams):
-            total_gram, total_cross = self.totals[c]
-            f = total_gram.shape[-1]
-            grams = np.stack([total_gram - sum((per_fold[x][0] for x in ex if x in per_fold), np.zeros_like(total_gram))
-                              for ex in exclusions])
-            crosses = np.stack([total_cross - sum((per_fold[x][1] for x in ex if x in per_fold),
-                                                  np.zeros_like(total_cross)) for ex in exclusions])
-            penalty = model.ridge * np.eye(f)
+    def readouts_many(self, exclusions: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+        """Per channel (exclusions, K, F, width): the ridge readouts fitted without each exclusion's folds, one
+        batched solve per channel: (sum of all folds' G - sum of the excluded ones') A = (same for B)."""
+        kept = np.array([[0.0 if f in ex else 1.0 for f in self.fold_ids] for ex in exclusions])
+        out = []
+        for grams, cross in zip(self.fold_grams, self.fold_cross, strict=True):
+            f = grams.shape[-1]
+            penalty = self.model.ridge * np.eye(f)
             penalty[-1, -1] = 1e-8  # leave the intercept (nearly) unpenalised
-            solved = np.linalg.solve(grams + penalty, crosses)  # (exclusions, K, F, width)
-            out.append(list(solved))
+            out.append(np.linalg.solve(np.einsum("ef,fkij->ekij", kept, grams) + penalty,
+                                       np.einsum("ef,fkij->ekij", kept, cross)))
         return out
 
-    def residuals(self, channel: int, readout: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """(K, len(rows), width): each member's prediction error on the given rows."""
-        return np.einsum("kti,kij->ktj", self.designs[channel][:, rows], readout) - self.targets[channel][rows]
+    def residuals(self, channel: int, readout: np.ndarray, rows: slice) -> np.ndarray:
+        """(K, rows, width): each member's prediction error on a slice of rows."""
+        return np.matmul(self.designs[channel][:, rows], readout) - self.targets[channel][rows]
 
 
 class EsnCusumStream:

@@ -36,7 +36,7 @@ from traces.bench.release import RELEASE_MONITORS, ReleaseCorpus, find_release, 
 
 __all__ = ["BENCH", "Split", "evaluate", "published_split"]
 
-DEFAULT_MONITORS = ("esn_cusum_max", "delta_mahalanobis", "mahalanobis", "hybrid", "default")
+DEFAULT_MONITORS = ("esn_cusum_max", "delta_mahalanobis", "mahalanobis", "hybrid", "grounded", "default")
 MIN_STEPS = 4
 Outcome = tuple[str, int | None, np.ndarray]  # label, onset, per-step scores
 
