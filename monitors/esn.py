@@ -220,8 +220,8 @@ class EsnCusum:
         targets = np.zeros((self.out_dim_, self.dim_))
         targets[np.arange(self.out_dim_), self.target_index_] = -self.inv_sigma_
         self.in_map_ = np.vstack([self.w_in_, targets])
-        self.pool_scaled_ = self.pool_ / self.q_scale_[:, None]
-        self.offset_ = self.q_center_ / self.q_scale_ + self.kappa
+        self.pool_step_ = np.hstack([self.pool_ / self.q_scale_[:, None],
+                                     -(self.q_center_ / self.q_scale_ + self.kappa)[:, None]])
 
     # ------------------------------------------------------------------ state for model files
     def get_state(self) -> dict[str, np.ndarray]:
@@ -309,11 +309,12 @@ class _FitData:
 class EsnCusumStream:
     """One episode: reservoir state, the previous step's prediction, and one CUSUM per channel.
 
-    Hot path (per-step budget): about fifteen numpy calls on arrays of a few hundred floats, all
-    members and channels batched (one stacked matvec for prediction and recurrence, one for input).
+    Hot path (per-step budget): about a dozen numpy calls on arrays of a few hundred floats, all
+    members and channels batched: one matvec for the input (reservoir drive and scaled targets), one
+    for prediction and recurrence, one pooling the squared errors into the channels' CUSUM increments.
     """
 
-    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x", "_keep", "_leak", "_od")
+    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x", "_keep", "_leak", "_od", "_err", "_pool")
 
     def __init__(self, model: EsnCusum) -> None:
         self._m = model
@@ -325,21 +326,24 @@ class EsnCusumStream:
         self._x = self._z[self._rn:self._rn + model.dim_]
         self._pred: np.ndarray | None = None  # the previous step's prediction of x_t, scaled by 1/sigma
         self._wh = np.zeros(self._rn)
-        self._cusum = np.zeros(len(model.channels_))
+        self._cusum = [0.0] * len(model.channels_)  # a handful of channels: plain floats beat numpy calls
         self._leak = model.leak
         self._keep = 1.0 - model.leak
+        self._err = np.ones(self._od + 1)  # squared errors, and a last 1 that carries -offset through the pooling
+        self._pool = model.pool_step_
 
     def update(self, x: np.ndarray) -> float:
         m = self._m
         drive = m.in_map_ @ x  # [W_in x; -x_t[targets] / sigma]
         cusum = self._cusum
         if self._pred is not None:
-            err = self._pred + drive[self._rn:]
-            err *= err
-            # S = max(0, S + z(q) - kappa), with z's center and scale folded into pool_scaled_ and offset_.
-            cusum += m.pool_scaled_ @ err
-            cusum -= m.offset_
-            np.maximum(cusum, 0.0, out=cusum)
+            err = self._err[:self._od]
+            np.add(self._pred, drive[self._rn:], out=err)
+            np.multiply(err, err, out=err)
+            # S = max(0, S + z(q) - kappa), z's center and scale (and kappa) folded into the pooling matrix.
+            for c, increment in enumerate((self._pool @ self._err).tolist()):
+                level = cusum[c] + increment
+                cusum[c] = level if level > 0.0 else 0.0
         pre = drive[:self._rn]
         pre += self._wh
         np.tanh(pre, out=pre)
@@ -351,7 +355,7 @@ class EsnCusumStream:
         out = m.step_map_ @ self._z
         self._pred = out[:self._od]
         self._wh = out[self._od:]
-        return float(cusum.max())
+        return max(cusum)
 
     def channel_scores(self) -> dict[str, float]:
         return {name: float(v) for name, v in zip(self._m.channels_, self._cusum, strict=True)}

@@ -79,8 +79,10 @@ def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int) -> np.ndarray:
     if n < 1:
         return np.zeros(e_dim)
     windows = np.ndarray((n,), dtype="<u4", buffer=raw + b"\0", offset=0, strides=(1,))
-    hashed = (windows & _LOW3) * _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash
-    counts = np.bincount(hashed >> np.uint32(shift - 1), minlength=2 * e_dim)  # top bit of the bucket = sign
+    hashed = windows & _LOW3
+    hashed *= _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash (in place: no temporaries)
+    hashed >>= np.uint32(shift - 1)
+    counts = np.bincount(hashed, minlength=2 * e_dim)  # the bucket's top bit is the sign
     vec = counts[:e_dim] - counts[e_dim:]
     norm = math.sqrt(float(vec @ vec))
     return vec / norm if norm > 0 else vec.astype(float)

@@ -209,15 +209,13 @@ class HybridStream:
     def update(self, x: np.ndarray) -> float:
         if self._fusion == "fisher":
             # Sum over components of the evidence (-log p) of each one's running maximum.
-            raw, running = self._raw_max, self._running
-            total = 0.0
+            raw, running, tails = self._raw_max, self._running, self._tails
             for k, stream in enumerate(self._streams):
                 score = stream.update(x)
                 if score > raw[k]:
                     raw[k] = score
-                    running[k] = self._tails[k].evidence(score)
-                total += running[k]
-            return total
+                    running[k] = tails[k].evidence(score)
+            return sum(running)
         zs = []
         for k, stream in enumerate(self._streams):
             z = (stream.update(x) - self._medians[k]) / self._scales[k]
