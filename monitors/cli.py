@@ -32,6 +32,7 @@ from monitors.perturb import perturb
 __all__ = ["FIT", "SCORE", "featurize_shard", "healthy_stats_shard", "score_shard"]
 
 SHARD_SIZE = 32
+_STATE_DTYPES = {"shape_keys": np.uint64, "tool_keys": np.uint32, "word_keys": np.uint32}
 
 
 def _episodes(corpus: str, ids: Sequence[str]) -> list[Episode]:
@@ -52,11 +53,12 @@ def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, Any]:
 def featurize_shard(shard: dict[str, Any]) -> dict[str, Any]:
     """The (T, dim) telemetry of each training episode in the shard as nested lists (JSON-able), novelty
     left-one-out, plus, when ``shard["perturb"]`` is set, the telemetry of synthetic perturbations of them
-    (for a logistic fusion). ``shard["state"]`` is the fitted telemetry state (an .npz path)."""
+    (for a logistic fusion). ``shard["state"]`` is the fitted telemetry state as JSON lists (it travels with the
+    shard, so a remote worker needs no shared filesystem)."""
     telemetry = Telemetry(**shard["telemetry"])
     telemetry.set_channels(shard["channels"])
-    with np.load(shard["state"], allow_pickle=False) as state:
-        telemetry.set_state({key: state[key] for key in state.files})
+    telemetry.set_state({key: np.asarray(value, dtype=_STATE_DTYPES.get(key.rsplit(".", 1)[-1], np.int64))
+                         for key, value in shard["state"].items()})
     episodes = _episodes(shard["corpus"], shard["ids"])
     perturbed = perturb(episodes, random_state=int(shard.get("seed", 0))) if shard.get("perturb") else []
     return {"features": [telemetry.transform(e, leave_out=True).tolist() for e in episodes],
@@ -154,8 +156,7 @@ def _run_fit(args: argparse.Namespace) -> int:
                                 if c != "u" or coverage >= telemetry.min_logprob_coverage])
         telemetry.fit_lexicon([EpisodeKeys(frozenset(a), frozenset(b), frozenset(c))
                                for shard_counts in counts for a, b, c in shard_counts["keys"]])
-        state = str(Path(tmp) / "telemetry.npz")
-        np.savez(state, **telemetry.get_state())  # type: ignore[arg-type]  # numpy stubs: **arrays
+        state = {key: value.tolist() for key, value in telemetry.get_state().items()}
         channel_info = {"channels": list(telemetry.channels_), "state": state}
         features: list[np.ndarray] = []
         perturbed: list[tuple[int, np.ndarray]] = []

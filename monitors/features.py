@@ -231,15 +231,21 @@ class TelemetryStream:
         events = step.tool_events
         # Results are capped before any work on them (untrusted, possibly megabytes); lengths use the full size.
         result = "".join((ev.result or "")[:cap] for ev in events) if events else ""
+        # Channels come in CHANNELS order: e (an array) first when present, then u, m, g gathered as floats
+        # and written with one assignment (each numpy conversion costs about a microsecond).
+        start = 0
+        tail: list[float] = []
         for name, sl in self._slices:
             if name == "e":
                 x[sl] = _hash_trigrams(text, tel.e_dim, self._shift, cap)
+                start = sl.stop
             elif name == "u":
-                x[sl] = self._uncertainty(step.token_logprobs)
+                tail += self._uncertainty(step.token_logprobs)
             elif name == "m":
-                x[sl] = self._metadata(step, text, result)
+                tail += self._metadata(step, text, result)
             else:
-                x[sl] = self._grounding(step, text, result, cap)
+                tail += self._grounding(step, text, result, cap)
+        x[start:] = tail
         self._index += 1
         return x
 

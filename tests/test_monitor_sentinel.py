@@ -245,3 +245,16 @@ def test_bench_runs_the_release_monitors_on_the_same_split(sentinel_dir: Path, l
     assert 0.5 < release["auroc"] <= 1.0 and release["step_us_median"] > 0
     ours = rows["delta_mahalanobis"]
     assert ours["step_vs_release_esn"] == pytest.approx(ours["step_us_median"] / release["step_us_median"])
+
+
+def test_cli_fit_builds_the_same_monitor_as_the_library(sentinel_dir: Path, tmp_path: Path) -> None:
+    """The sharded path (lexicon keys gathered per shard, leave-one-out features per shard) is the in-process fit."""
+    corpus = sentinel_dir / "autogen7b"
+    code, _ = _run_cli(["fit", str(corpus), "-o", str(tmp_path / "cli.npz"), "--quiet", "--seed", "4"])
+    cli = load_monitor(tmp_path / "cli.npz")
+    usable = [e for e in read_corpus(corpus).episodes if e.is_healthy and len(e.steps) >= 2]
+    order = np.random.default_rng(4).permutation(len(usable))
+    library = StepMonitor().fit([usable[i] for i in order])
+    assert code == 0 and cli.threshold_ == pytest.approx(library.threshold_)
+    for episode in read_corpus(corpus).episodes[::20]:
+        assert cli.score_episode(episode).scores == pytest.approx(library.score_episode(episode).scores)
