@@ -180,13 +180,15 @@ def _run_fit(args: argparse.Namespace) -> int:
                           for s in _shards(corpus, [i for c, i in val_ids if c == corpus], model=draft)]
             scored = list(_mapped(engine, score_shard, val_shards, "calibrate", show))
             maxima = [row["max_score"] for rows in scored for row in rows]
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # said below, from the calibration record, for both methods
                 monitor.set_calibration(conformal_threshold(maxima, args.beta, "split"))
-            for warning in caught:
-                sys.stderr.write(f"guardrail fit: warning: {warning.message}\n")
     save_monitor(monitor, args.output, extra={"corpora": [str(c) for c in args.corpus], "monitor": args.monitor})
     calibration = monitor.calibration_
+    if calibration is not None and calibration.fa_bound > args.beta + 1e-12:
+        sys.stderr.write(f"guardrail fit: warning: only {calibration.n} healthy calibration episodes: the threshold "
+                         f"is their maximum and bounds the false-alarm rate by {calibration.fa_bound:.3f}, not "
+                         f"{args.beta}; fit on more healthy episodes\n")
     described = calibration.describe() if calibration is not None else "no threshold"
     sys.stderr.write(f"wrote {args.output}: {args.monitor} on {len(features)} healthy episodes, channels "
                      f"{','.join(telemetry.channels_)}; {described}\n")

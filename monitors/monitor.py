@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,8 +130,13 @@ class StepMonitor:
         self.n_train_ = len(features)
         self.threshold_ = float("inf")  # "split": no alarms until calibrated on healthy validation episodes
         self.calibration_: Calibration | None = None
+        self._weak_calibration: str | None = None
         if self.calibration == "crossfit":
-            self.set_calibration(conformal_threshold(self.hybrid_.oof_maxima_, self.beta, "crossfit"))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self.set_calibration(conformal_threshold(self.hybrid_.oof_maxima_, self.beta, "crossfit"))
+            # Said when the threshold is first used, not here: a `calibrate` that follows replaces it.
+            self._weak_calibration = str(caught[0].message) if caught else None
         return self
 
     def calibrate(self, healthy_val: Sequence[Episode], beta: float | None = None) -> StepMonitor:
@@ -144,6 +150,7 @@ class StepMonitor:
 
     def set_calibration(self, calibration: Calibration) -> None:
         """Use this threshold (from `monitors.calibration.conformal_threshold`), e.g. one computed on a batch engine."""
+        self._weak_calibration = None
         self.calibration_ = calibration
         self.threshold_ = calibration.threshold
         self.n_val_ = calibration.n
@@ -153,6 +160,9 @@ class StepMonitor:
         """A per-episode scorer; `task` (the episode's task text, when known) grounds the g channel."""
         if not hasattr(self, "hybrid_"):
             raise RuntimeError("StepMonitor is not fitted: call fit(healthy_episodes) first")
+        if getattr(self, "_weak_calibration", None):
+            warnings.warn(self._weak_calibration or "", stacklevel=2)
+            self._weak_calibration = None
         return MonitorStream(self, task)
 
     def score_episode(self, episode: Episode) -> EpisodeScore:

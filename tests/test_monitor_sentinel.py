@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import warnings
 import zipfile
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -258,3 +259,17 @@ def test_cli_fit_builds_the_same_monitor_as_the_library(sentinel_dir: Path, tmp_
     assert code == 0 and cli.threshold_ == pytest.approx(library.threshold_)
     for episode in read_corpus(corpus).episodes[::20]:
         assert cli.score_episode(episode).scores == pytest.approx(library.score_episode(episode).scores)
+
+
+def test_a_weak_crossfit_threshold_warns_when_it_is_used_not_when_it_is_replaced(langgraph: Corpus) -> None:
+    healthy = [e for e in langgraph.healthy() if len(e.steps) >= 4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        weak = StepMonitor().fit(healthy[:8])
+    assert weak.calibration_.fa_bound == pytest.approx(1 / 9)
+    with pytest.warns(UserWarning, match="only 8 healthy calibration episode"):
+        weak.start()
+    replaced = StepMonitor().fit(healthy[:8]).calibrate(healthy[8:30])  # 22 validation episodes: enough
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        replaced.start()
