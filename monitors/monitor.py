@@ -144,6 +144,7 @@ class StepMonitor:
         sick = [e.episode_id for e in healthy_val if not e.is_healthy]
         if sick:
             raise ValueError(f"calibrate takes healthy validation episodes only; got {sick[0]!r} labelled otherwise")
+        self._weak_calibration = None  # the cross-fit threshold is being replaced: nothing to say about it
         maxima = [self.score_episode(e).max_score for e in healthy_val if e.steps]
         self.set_calibration(conformal_threshold(maxima, self.beta if beta is None else beta, "split"))
         return self

@@ -269,7 +269,7 @@ def test_a_weak_crossfit_threshold_warns_when_it_is_used_not_when_it_is_replaced
     assert weak.calibration_.fa_bound == pytest.approx(1 / 9)
     with pytest.warns(UserWarning, match="only 8 healthy calibration episode"):
         weak.start()
-    replaced = StepMonitor().fit(healthy[:8]).calibrate(healthy[8:30])  # 22 validation episodes: enough
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        replaced = StepMonitor().fit(healthy[:8]).calibrate(healthy[8:30])  # 22 validation episodes: enough
         replaced.start()
