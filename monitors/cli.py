@@ -10,6 +10,7 @@ import argparse
 import math
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,36 +21,48 @@ from guardrail.core.cliutil import Command, emit_json, print_table, progress
 from guardrail.core.corpus import CorpusError, iter_corpus, read_episodes
 from guardrail.core.engine import add_engine_arguments, engine_from_args
 from guardrail.core.events import Episode
-from monitors.calibration import alarm_threshold
+from monitors.calibration import CALIBRATION_METHODS, conformal_threshold
 from monitors.features import Telemetry
+from monitors.inventory import HealthyInventory, take_inventory
 from monitors.model_file import ModelFileError, load_monitor, save_monitor
 from monitors.monitor import PRESETS, StepMonitor
+from monitors.novelty import EpisodeKeys
 from monitors.perturb import perturb
 
 __all__ = ["FIT", "SCORE", "featurize_shard", "healthy_stats_shard", "score_shard"]
 
 SHARD_SIZE = 32
+_STATE_DTYPES = {"shape_keys": np.uint64, "tool_keys": np.uint32, "word_keys": np.uint32}
 
 
 def _episodes(corpus: str, ids: Sequence[str]) -> list[Episode]:
     return read_episodes(corpus, ids)
 
 
-def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, int]:
-    """Step counts a shard contributes to the channel decision (how many steps carry logprobs)."""
-    steps = [s for e in _episodes(shard["corpus"], shard["ids"]) for s in e.steps]
-    return {"steps": len(steps), "with_logprobs": sum(1 for s in steps if s.token_logprobs)}
+def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, Any]:
+    """What a shard contributes to the telemetry fit: step counts for the channel decision (how many steps
+    carry logprobs) and each episode's healthy-lexicon keys (JSON-able lists of integers)."""
+    episodes = _episodes(shard["corpus"], shard["ids"])
+    steps = [s for e in episodes for s in e.steps]
+    telemetry = Telemetry(**shard["telemetry"])
+    keys = [telemetry.episode_keys(e) for e in episodes]
+    return {"steps": len(steps), "with_logprobs": sum(1 for s in steps if s.token_logprobs),
+            "keys": [[sorted(k.shapes), sorted(k.tools), sorted(k.words)] for k in keys]}
 
 
 def featurize_shard(shard: dict[str, Any]) -> dict[str, Any]:
-    """The (T, dim) telemetry of each episode in the shard as nested lists (JSON-able), plus, when
-    ``shard["perturb"]`` is set, the telemetry of synthetic perturbations of them (for a logistic fusion)."""
+    """The (T, dim) telemetry of each training episode in the shard as nested lists (JSON-able), novelty
+    left-one-out, plus, when ``shard["perturb"]`` is set, the telemetry of synthetic perturbations of them
+    (for a logistic fusion). ``shard["state"]`` is the fitted telemetry state as JSON lists (it travels with the
+    shard, so a remote worker needs no shared filesystem)."""
     telemetry = Telemetry(**shard["telemetry"])
     telemetry.set_channels(shard["channels"])
+    telemetry.set_state({key: np.asarray(value, dtype=_STATE_DTYPES.get(key.rsplit(".", 1)[-1], np.int64))
+                         for key, value in shard["state"].items()})
     episodes = _episodes(shard["corpus"], shard["ids"])
     perturbed = perturb(episodes, random_state=int(shard.get("seed", 0))) if shard.get("perturb") else []
-    return {"features": [telemetry.transform(e).tolist() for e in episodes],
-            "perturbed": [[i, telemetry.transform(e).tolist()] for i, e in perturbed]}
+    return {"features": [telemetry.transform(e, leave_out=True).tolist() for e in episodes],
+            "perturbed": [[i, telemetry.transform(e, leave_out=True).tolist()] for i, e in perturbed]}
 
 
 def score_shard(shard: dict[str, Any]) -> list[dict[str, Any]]:
@@ -86,47 +99,65 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--monitor", default="default", choices=sorted(PRESETS),
                         help="monitor configuration (default: the one the benchmark stands behind)")
     parser.add_argument("--beta", type=float, default=0.05, help="false-alarm budget for the threshold (default 0.05)")
+    parser.add_argument("--calibration", default="crossfit", choices=CALIBRATION_METHODS,
+                        help="crossfit (default): fit on every healthy episode and set the threshold from their "
+                             "out-of-fold scores; split: hold out --val-fraction of them for the threshold")
     parser.add_argument("--val-fraction", type=float, default=0.25,
-                        help="share of healthy episodes held out to set the threshold (default 0.25)")
+                        help="with --calibration split: share of healthy episodes held out (default 0.25)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(parser)
+
+
+MIN_FIT_EPISODES = 5
+
+
+def _not_enough(inventories: Sequence[HealthyInventory], found: int, detail: str = "") -> int:
+    sys.stderr.write(f"guardrail fit: not enough usable healthy episodes to fit a monitor (found {found}, need "
+                     f"{MIN_FIT_EPISODES}){detail}:\n" + "".join(f"  {inv.explain()}\n" for inv in inventories))
+    return 2
 
 
 def _run_fit(args: argparse.Namespace) -> int:
     if not 0.0 < args.val_fraction < 1.0:
         sys.stderr.write("guardrail fit: --val-fraction must be in (0, 1)\n")
         return 2
-    train_ids: list[tuple[str, str]] = []
-    val_ids: list[tuple[str, str]] = []
-    rng = np.random.default_rng(args.seed)
+    inventories: list[HealthyInventory] = []
     for corpus in args.corpus:
         try:
-            healthy = [e.episode_id for e in iter_corpus(corpus) if e.is_healthy and e.steps]
+            inventories.append(take_inventory(corpus))
         except CorpusError as exc:
             sys.stderr.write(f"guardrail fit: {exc}\n")
             return 2
+    found = sum(len(inv.usable) for inv in inventories)
+    if found < MIN_FIT_EPISODES:
+        return _not_enough(inventories, found)
+    split = args.calibration == "split"
+    train_ids: list[tuple[str, str]] = []
+    val_ids: list[tuple[str, str]] = []
+    rng = np.random.default_rng(args.seed)
+    for corpus, inventory in zip(args.corpus, inventories, strict=True):
+        healthy = inventory.usable
         order = rng.permutation(len(healthy))
-        n_val = max(1, round(args.val_fraction * len(healthy)))
+        n_val = max(1, round(args.val_fraction * len(healthy))) if split and healthy else 0
         val_ids += [(corpus, healthy[i]) for i in order[:n_val]]
         train_ids += [(corpus, healthy[i]) for i in order[n_val:]]
-    if len(train_ids) < 4 or not val_ids:
-        sys.stderr.write(f"guardrail fit: need at least 5 healthy episodes with steps, found "
-                         f"{len(train_ids) + len(val_ids)}\n")
-        return 2
     show = not args.quiet
-    monitor = StepMonitor.preset(args.monitor, beta=args.beta)
+    monitor = StepMonitor.preset(args.monitor, beta=args.beta, calibration=args.calibration)
     settings = (monitor.telemetry or Telemetry()).get_params()
-    with engine_from_args(args) as engine:
+    with engine_from_args(args) as engine, tempfile.TemporaryDirectory() as tmp:
         train_shards = [s for corpus in args.corpus
-                        for s in _shards(corpus, [i for c, i in train_ids if c == corpus])]
+                        for s in _shards(corpus, [i for c, i in train_ids if c == corpus], telemetry=settings)]
         counts = list(_mapped(engine, healthy_stats_shard, train_shards, "channels", show))
         steps = sum(c["steps"] for c in counts)
         coverage = sum(c["with_logprobs"] for c in counts) / steps if steps else 0.0
         telemetry = Telemetry(**settings)
         telemetry.set_channels([c for c in telemetry.channels
                                 if c != "u" or coverage >= telemetry.min_logprob_coverage])
-        channel_info = {"telemetry": settings, "channels": list(telemetry.channels_)}
+        telemetry.fit_lexicon([EpisodeKeys(frozenset(a), frozenset(b), frozenset(c))
+                               for shard_counts in counts for a, b, c in shard_counts["keys"]])
+        state = {key: value.tolist() for key, value in telemetry.get_state().items()}
+        channel_info = {"channels": list(telemetry.channels_), "state": state}
         features: list[np.ndarray] = []
         perturbed: list[tuple[int, np.ndarray]] = []
         featurize = [{**s, **channel_info, "perturb": monitor.fusion == "logistic", "seed": n}
@@ -137,21 +168,30 @@ def _run_fit(args: argparse.Namespace) -> int:
             perturbed += [(offset + i, np.asarray(f, dtype=float).reshape(-1, telemetry.dim_))
                           for i, f in shard_out["perturbed"]]
         monitor.telemetry_ = telemetry
-        monitor.fit_features(features, perturbed)
-        # Threshold: score the held-out healthy episodes with the saved model on the same engine.
-        with tempfile.TemporaryDirectory() as tmp:
+        try:
+            monitor.fit_features(features, perturbed)
+        except ValueError as exc:  # e.g. every episode read back shorter than its inventory said
+            return _not_enough(inventories, len(features), f" ({exc})")
+        if split:
+            # Threshold: score the held-out healthy episodes with the saved model on the same engine.
             draft = str(Path(tmp) / "draft.npz")
             save_monitor(monitor, draft)
             val_shards = [s for corpus in args.corpus
                           for s in _shards(corpus, [i for c, i in val_ids if c == corpus], model=draft)]
             scored = list(_mapped(engine, score_shard, val_shards, "calibrate", show))
-        maxima = [row["max_score"] for rows in scored for row in rows]
-    monitor.threshold_ = alarm_threshold(maxima, args.beta)
-    monitor.n_val_ = len(maxima)
+            maxima = [row["max_score"] for rows in scored for row in rows]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # said below, from the calibration record, for both methods
+                monitor.set_calibration(conformal_threshold(maxima, args.beta, "split"))
     save_monitor(monitor, args.output, extra={"corpora": [str(c) for c in args.corpus], "monitor": args.monitor})
+    calibration = monitor.calibration_
+    if calibration is not None and calibration.fa_bound > args.beta + 1e-12:
+        sys.stderr.write(f"guardrail fit: warning: only {calibration.n} healthy calibration episodes: the threshold "
+                         f"is their maximum and bounds the false-alarm rate by {calibration.fa_bound:.3f}, not "
+                         f"{args.beta}; fit on more healthy episodes\n")
+    described = calibration.describe() if calibration is not None else "no threshold"
     sys.stderr.write(f"wrote {args.output}: {args.monitor} on {len(features)} healthy episodes, channels "
-                     f"{','.join(telemetry.channels_)}, threshold {monitor.threshold_:.4g} "
-                     f"(beta {args.beta} over {len(maxima)} validation episodes)\n")
+                     f"{','.join(telemetry.channels_)}; {described}\n")
     return 0
 
 

@@ -48,45 +48,86 @@ class EsnCusum:
                                               "input_scale", "ridge", "kappa", "n_folds", "random_state")}
 
     # ------------------------------------------------------------------ fit
-    def fit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice]) -> EsnCusum:
-        """Fit the readouts on healthy (T, dim) sequences; calibrate surprise out of fold."""
+    def fit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+            folds: np.ndarray | None = None) -> EsnCusum:
+        """Fit the readouts on healthy (T, dim) sequences; calibrate surprise out of fold (`folds`: the
+        episodes' fold labels, default round-robin over `n_folds`)."""
+        data = self._prepare(healthy, slices, folds)
+        self._finish(data, excluded=())
+        return self
+
+    def crossfit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+                 folds: np.ndarray) -> list[np.ndarray]:
+        """Each episode's per-step scores from the model fitted without its fold; leaves self fitted on all.
+
+        One pass of reservoir states and one Gram matrix per fold serve every fit: the readout
+        without folds F solves (G - sum_{f in F} G_f) A = B - sum_{f in F} B_f (all members of a
+        channel in one batched solve), so the cross-fit costs a few small solves, not refits.
+        """
+        data = self._prepare(healthy, slices, folds)
+        out: list[np.ndarray] = [np.zeros(0)] * len(healthy)
+        for fold in np.unique(data.folds).tolist():
+            readouts = self._finish(data, excluded=(fold,))
+            for e in np.flatnonzero(data.folds == fold).tolist():
+                out[e] = self._scores_from_rows(data, e, readouts)
+        self._finish(data, excluded=())
+        return out
+
+    def _prepare(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+                 folds: np.ndarray | None) -> _FitData:
         if not healthy:
             raise ValueError("EsnCusum.fit needs at least one healthy episode")
         self.channels_ = list(slices)
         self._set_layout(slices, int(healthy[0].shape[1]))
         self._init_reservoirs()
-        designs, row_episode = self._designs(healthy)  # per reservoir: (Z_r, Y_r) over all (episode, t) rows
-        folds_of_episode = np.arange(len(healthy)) % max(2, min(self.n_folds, len(healthy)))
-        row_fold = folds_of_episode[row_episode]
-        residuals = [np.empty_like(y) for _, y in designs]
-        for fold in np.unique(folds_of_episode):
-            held_out = row_fold == fold
-            readouts = self._solve(designs, ~held_out)
-            for r, (z, y) in enumerate(designs):
-                residuals[r][held_out] = np.einsum("ti,ij->tj", z[held_out], readouts[r]) - y[held_out]
-        # Residual scale per reservoir output dimension, pooled over the K members of a channel.
+        if folds is None:
+            folds = np.arange(len(healthy)) % max(2, min(self.n_folds, len(healthy)))
+        return _FitData(self, healthy, np.asarray(folds))
+
+    def _finish(self, data: _FitData, excluded: tuple[int, ...]) -> list[np.ndarray]:
+        """Calibrate and fit without the `excluded` folds; sets the model's state, returns the readouts."""
+        kept_folds = [f for f in data.fold_ids if f not in excluded]
+        # Out-of-fold residuals for each kept fold's rows: readouts fitted without it (and without `excluded`),
+        # every fold's readouts in one batched solve per channel.
+        inner = data.readouts_many([excluded + (fold,) for fold in kept_folds])
         sigma = np.empty(self.out_dim_)
+        q_parts = []
         for c in range(len(self.channels_)):
-            pooled = np.vstack([residuals[r] for r in self._members(c)])
-            scale = np.sqrt(np.mean(pooled ** 2, axis=0)) if len(pooled) else np.ones(pooled.shape[1])
+            pooled = np.concatenate([data.residuals(c, inner[c][j], data.fold_rows[fold])
+                                     for j, fold in enumerate(kept_folds)], axis=1)
+            # Residual scale per output dimension, pooled over the K members of a channel.
+            scale = np.sqrt(np.mean(pooled ** 2, axis=(0, 1))) if pooled.shape[1] else np.ones(pooled.shape[2])
             scale = np.maximum(scale, 1e-3 + 0.05 * float(np.mean(scale)) if scale.size else 1e-3)
             for r in self._members(c):
                 sigma[self.out_slices_[r]] = scale
+            # q: mean over members and dimensions of the normalised squared error, per row.
+            q_parts.append(np.mean((pooled / scale) ** 2, axis=(0, 2)))
         self.inv_sigma_ = 1.0 / sigma
-        # Calibration of the surprise q per channel, from the same out-of-fold residuals.
-        q = np.zeros((len(row_episode), len(self.channels_)))
-        for c in range(len(self.channels_)):
-            for r in self._members(c):
-                err = residuals[r] * self.inv_sigma_[self.out_slices_[r]]
-                q[:, c] += np.mean(err ** 2, axis=1) / self.n_members
+        q = np.column_stack(q_parts)
         # Standardise by the out-of-fold mean and standard deviation (not median/MAD): q is right-skewed,
         # and only a mean-centred z gives the CUSUM the negative drift (-kappa) it needs on healthy runs.
         center = q.mean(axis=0) if len(q) else np.zeros(len(self.channels_))
         spread = q.std(axis=0) if len(q) else np.ones(len(self.channels_))
         self.q_center_ = center
         self.q_scale_ = np.maximum(spread, 1e-6 + 0.1 * np.abs(center))
-        self._build_readout(self._solve(designs, np.ones(len(row_episode), dtype=bool)))
-        return self
+        readouts = [per_channel[0] for per_channel in data.readouts_many([excluded])]
+        self._build_readout([readouts[c][k] for c in range(len(self.channels_)) for k in range(self.n_members)])
+        return readouts
+
+    def _scores_from_rows(self, data: _FitData, episode: int, readouts: list[np.ndarray]) -> np.ndarray:
+        """An episode's per-step scores under `readouts` and the current calibration: the stream's values,
+        from the prepared design rows (row t predicts step t + 1; step 0 scores 0)."""
+        rows = data.episode_rows[episode]
+        z = np.empty((rows.stop - rows.start, len(self.channels_)))
+        for c in range(len(self.channels_)):
+            err = data.residuals(c, readouts[c], rows) * self.inv_sigma_[self.out_slices_[self._members(c)[0]]]
+            z[:, c] = (np.mean(err ** 2, axis=(0, 2)) - self.q_center_[c]) / self.q_scale_[c] - self.kappa
+        scores = np.zeros(len(z) + 1)
+        level = np.zeros(len(self.channels_))
+        for t in range(len(z)):
+            level = np.maximum(level + z[t], 0.0)
+            scores[t + 1] = level.max()
+        return scores
 
     def _set_layout(self, slices: dict[str, slice], dim: int) -> None:
         self.dim_ = dim
@@ -148,33 +189,6 @@ class EsnCusum:
             out[:, t] = h
         return out
 
-    def _designs(self, seqs: Sequence[np.ndarray]) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
-        """Per reservoir: inputs [h_t; x_t; 1] and targets x_{t+1} on its channel over every (episode, t < T-1)."""
-        states = self._batch_states(seqs)
-        rows = [(e, t) for e, seq in enumerate(seqs) for t in range(len(seq) - 1)]
-        episode_of_row = np.array([e for e, _ in rows], dtype=int)
-        time_of_row = np.array([t for _, t in rows], dtype=int)
-        x_now = np.vstack([seq[:-1] for seq in seqs if len(seq) > 1]) if rows else np.zeros((0, self.dim_))
-        x_next = np.vstack([seq[1:] for seq in seqs if len(seq) > 1]) if rows else np.zeros((0, self.dim_))
-        ones = np.ones((len(rows), 1))
-        designs = []
-        for r in range(self.n_reservoirs_):
-            sl = self.slices_[self.channels_[int(self.reservoir_channel_[r])]]
-            h = states[episode_of_row, time_of_row, r]
-            designs.append((np.hstack([h, x_now[:, sl], ones]), x_next[:, sl]))
-        return designs, episode_of_row
-
-    def _solve(self, designs: Sequence[tuple[np.ndarray, np.ndarray]], rows: np.ndarray) -> list[np.ndarray]:
-        # einsum rather than `@` for the Gram matrices: these are a few hundred rows by a few dozen
-        # columns, where multithreaded BLAS only adds contention (it tripled the fit on a busy machine).
-        readouts = []
-        for z_all, y_all in designs:
-            z, y = z_all[rows], y_all[rows]
-            gram = np.einsum("ti,tj->ij", z, z) + self.ridge * np.eye(z.shape[1])
-            gram[-1, -1] -= self.ridge - 1e-8  # leave the intercept (nearly) unpenalised
-            readouts.append(np.linalg.solve(gram, np.einsum("ti,tj->ij", z, y)))
-        return readouts
-
     def _build_readout(self, readouts: list[np.ndarray]) -> None:
         """One dense map from [h (R*N); x (dim); 1] to every member's prediction (one matvec per step)."""
         n = self.n_units
@@ -200,10 +214,14 @@ class EsnCusum:
         for r in range(self.n_reservoirs_):
             block = slice(r * self.n_units, (r + 1) * self.n_units)
             recurrent[block, block] = self.w_[r]
-        self.step_map_ = np.vstack([self.readout_, recurrent])
-        self.pool_scaled_ = self.pool_ / self.q_scale_[:, None]
-        self.offset_ = self.q_center_ / self.q_scale_ + self.kappa
-        self.target_scale_ = self.inv_sigma_
+        # Predictions come out already scaled by 1/sigma, and one input matvec gives both the reservoir drive
+        # W_in x and minus the scaled targets, so the step's error is one add (no gather, no rescale).
+        self.step_map_ = np.vstack([self.readout_ * self.inv_sigma_[:, None], recurrent])
+        targets = np.zeros((self.out_dim_, self.dim_))
+        targets[np.arange(self.out_dim_), self.target_index_] = -self.inv_sigma_
+        self.in_map_ = np.vstack([self.w_in_, targets])
+        self.pool_step_ = np.hstack([self.pool_ / self.q_scale_[:, None],
+                                     -(self.q_center_ / self.q_scale_ + self.kappa)[:, None]])
 
     # ------------------------------------------------------------------ state for model files
     def get_state(self) -> dict[str, np.ndarray]:
@@ -229,44 +247,123 @@ class EsnCusum:
         return EsnCusumStream(self)
 
 
+class _FitData:
+    """Everything a fit needs once: per channel, the design rows [h_t; x_t; 1] of all K members and the targets
+    x_{t+1}, ordered by fold (so a fold's rows, and an episode's, are one slice), and per fold the Gram matrices
+    G_f = Z_f' Z_f and B_f = Z_f' Y_f (all members batched)."""
+
+    def __init__(self, model: EsnCusum, healthy: Sequence[np.ndarray], folds: np.ndarray) -> None:
+        self.model = model
+        self.folds = folds
+        self.fold_ids: list[int] = np.unique(folds).tolist()
+        states = model._batch_states(healthy)
+        order = np.argsort(folds, kind="stable")
+        self.episode_rows: dict[int, slice] = {}
+        self.fold_rows: dict[int, slice] = {}
+        row_episode: list[int] = []
+        row_time: list[int] = []
+        for e in order.tolist():
+            start = len(row_episode)
+            row_episode += [e] * (len(healthy[e]) - 1)
+            row_time += range(len(healthy[e]) - 1)
+            self.episode_rows[e] = slice(start, len(row_episode))
+        episode_index = np.array(row_episode, dtype=np.int64)
+        time_index = np.array(row_time, dtype=np.int64)
+        for fold in self.fold_ids:
+            members = [self.episode_rows[e] for e in np.flatnonzero(folds == fold).tolist()]
+            self.fold_rows[fold] = slice(min(m.start for m in members), max(m.stop for m in members))
+        x = np.zeros((len(row_episode), model.dim_))
+        x_next = np.zeros_like(x)
+        for e, rows in self.episode_rows.items():
+            x[rows], x_next[rows] = healthy[e][:-1], healthy[e][1:]
+        k = model.n_members
+        row_states = states[episode_index, time_index]  # (rows, R, N)
+        self.designs: list[np.ndarray] = []  # per channel (K, rows, F)
+        self.targets: list[np.ndarray] = []  # per channel (rows, width)
+        self.fold_grams: list[np.ndarray] = []  # per channel (folds, K, F, F)
+        self.fold_cross: list[np.ndarray] = []  # per channel (folds, K, F, width)
+        for c, name in enumerate(model.channels_):
+            sl = model.slices_[name]
+            inputs = np.broadcast_to(np.hstack([x[:, sl], np.ones((len(x), 1))]), (k, len(x), sl.stop - sl.start + 1))
+            z = np.concatenate([row_states[:, c * k:(c + 1) * k].transpose(1, 0, 2), inputs], axis=2)
+            y = x_next[:, sl]
+            self.designs.append(z)
+            self.targets.append(y)
+            # einsum rather than `@` for the Gram matrices: a few hundred rows by a few dozen columns, where
+            # multithreaded BLAS only adds contention on a busy machine.
+            self.fold_grams.append(np.stack([np.einsum("kti,ktj->kij", z[:, self.fold_rows[f]], z[:, self.fold_rows[f]])
+                                             for f in self.fold_ids]))
+            self.fold_cross.append(np.stack([np.einsum("kti,tj->kij", z[:, self.fold_rows[f]], y[self.fold_rows[f]])
+                                             for f in self.fold_ids]))
+
+    def readouts_many(self, exclusions: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+        """Per channel (exclusions, K, F, width): the ridge readouts fitted without each exclusion's folds, one
+        batched solve per channel: (sum of all folds' G - sum of the excluded ones') A = (same for B)."""
+        kept = np.array([[0.0 if f in ex else 1.0 for f in self.fold_ids] for ex in exclusions])
+        out = []
+        for grams, cross in zip(self.fold_grams, self.fold_cross, strict=True):
+            f = grams.shape[-1]
+            penalty = self.model.ridge * np.eye(f)
+            penalty[-1, -1] = 1e-8  # leave the intercept (nearly) unpenalised
+            out.append(np.linalg.solve(np.einsum("ef,fkij->ekij", kept, grams) + penalty,
+                                       np.einsum("ef,fkij->ekij", kept, cross)))
+        return out
+
+    def residuals(self, channel: int, readout: np.ndarray, rows: slice) -> np.ndarray:
+        """(K, rows, width): each member's prediction error on a slice of rows."""
+        return np.matmul(self.designs[channel][:, rows], readout) - self.targets[channel][rows]
+
+
 class EsnCusumStream:
     """One episode: reservoir state, the previous step's prediction, and one CUSUM per channel.
 
-    Hot path (per-step budget): about fifteen numpy calls on arrays of a few hundred floats, all
-    members and channels batched (one stacked matvec for prediction and recurrence, one for input).
+    Hot path (per-step budget): about a dozen numpy calls on arrays of a few hundred floats, all
+    members and channels batched: one matvec for the input (reservoir drive and scaled targets), one
+    for prediction and recurrence, one pooling the squared errors into the channels' CUSUM increments.
     """
 
-    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x")
+    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x", "_keep", "_leak", "_od", "_err", "_pool")
 
     def __init__(self, model: EsnCusum) -> None:
         self._m = model
         self._rn = model.n_reservoirs_ * model.n_units
+        self._od = model.out_dim_
         self._z = np.zeros(self._rn + model.dim_ + 1)  # [h_t; x_t; 1], the readout's input
         self._z[-1] = 1.0
         self._h = self._z[:self._rn]
         self._x = self._z[self._rn:self._rn + model.dim_]
-        self._pred: np.ndarray | None = None
+        self._pred: np.ndarray | None = None  # the previous step's prediction of x_t, scaled by 1/sigma
         self._wh = np.zeros(self._rn)
-        self._cusum = np.zeros(len(model.channels_))
+        self._cusum = [0.0] * len(model.channels_)  # a handful of channels: plain floats beat numpy calls
+        self._leak = model.leak
+        self._keep = 1.0 - model.leak
+        self._err = np.ones(self._od + 1)  # squared errors, and a last 1 that carries -offset through the pooling
+        self._pool = model.pool_step_
 
     def update(self, x: np.ndarray) -> float:
         m = self._m
+        drive = m.in_map_ @ x  # [W_in x; -x_t[targets] / sigma]
+        cusum = self._cusum
         if self._pred is not None:
-            err = (self._pred - x[m.target_index_]) * m.target_scale_
-            # S = max(0, S + z(q) - kappa), with z's median/scale folded into pool_scaled_ and offset_.
-            self._cusum += m.pool_scaled_ @ (err * err)
-            self._cusum -= m.offset_
-            np.maximum(self._cusum, 0.0, out=self._cusum)
-        pre = self._wh + m.w_in_ @ x
+            err = self._err[:self._od]
+            np.add(self._pred, drive[self._rn:], out=err)
+            np.multiply(err, err, out=err)
+            # S = max(0, S + z(q) - kappa), z's center and scale (and kappa) folded into the pooling matrix.
+            for c, increment in enumerate((self._pool @ self._err).tolist()):
+                level = cusum[c] + increment
+                cusum[c] = level if level > 0.0 else 0.0
+        pre = drive[:self._rn]
+        pre += self._wh
         np.tanh(pre, out=pre)
-        pre *= m.leak
-        self._h *= 1.0 - m.leak
-        self._h += pre
+        pre *= self._leak
+        h = self._h
+        h *= self._keep
+        h += pre
         self._x[:] = x
         out = m.step_map_ @ self._z
-        self._pred = out[:m.out_dim_]
-        self._wh = out[m.out_dim_:]
-        return float(self._cusum.max())
+        self._pred = out[:self._od]
+        self._wh = out[self._od:]
+        return max(cusum)
 
     def channel_scores(self) -> dict[str, float]:
         return {name: float(v) for name, v in zip(self._m.channels_, self._cusum, strict=True)}

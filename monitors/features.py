@@ -5,7 +5,9 @@ Channels (see ../shared/seeds/002 §3-4, §8):
 - ``u``: token-uncertainty aggregates from the step's logprobs (dropped when the deployment has none);
 - ``m``: action metadata (tool vs final, error flag, lengths, latency, tool-event structure);
 - ``g``: content grounding (lexical relevance of a tool result to its call and of the text to the
-  episode's context, repeated identical calls, error-shaped and JSON-shaped results).
+  episode's context, repeated identical calls, error-shaped and JSON-shaped results) and novelty
+  against healthy runs (`monitors.novelty`: a result shape its tool never returned, words no
+  healthy run and not the episode itself used).
 
 The hot path (`TelemetryStream.update`) serves the monitor's per-step budget (featurize + score
 <= 60 us median): it touches each character once through C-backed primitives (bytes, numpy,
@@ -24,15 +26,27 @@ from typing import Any
 import numpy as np
 
 from guardrail.core.events import Episode, Step, StepKind
+from monitors.novelty import (
+    NO_KEYS,
+    EpisodeKeys,
+    HealthyLexicon,
+    args_text,
+    episode_keys,
+    shape_key,
+    text_key,
+)
+from monitors.novelty import step_words as _words
 
-__all__ = ["CHANNELS", "Telemetry", "TelemetryStream", "channel_dims"]
+__all__ = ["CHANNELS", "G_SHAPE_SURPRISAL", "G_WORD_NOVELTY", "Telemetry", "TelemetryStream", "channel_dims"]
 
 CHANNELS = ("e", "u", "m", "g")
 U_DIM = 4
 M_DIM = 8
-G_DIM = 7
+G_DIM = 9
+G_SHAPE_SURPRISAL = 7  # index within the g channel: surprisal of the step's result shapes (monitors.novelty)
+G_WORD_NOVELTY = 8  # index within the g channel: share of the step's words new to healthy runs and the episode
+_CONTEXT_CAP = 20000  # words an episode's novelty context keeps (bounded memory on endless episodes)
 
-_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
 # Words that make a result read as a failed call, whatever the tool's own error flag says.
 _ERROR_WORDS = frozenset({"error", "exception", "traceback", "unavailable", "timed", "timeout",
                           "retry", "failed", "denied"})
@@ -65,8 +79,10 @@ def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int) -> np.ndarray:
     if n < 1:
         return np.zeros(e_dim)
     windows = np.ndarray((n,), dtype="<u4", buffer=raw + b"\0", offset=0, strides=(1,))
-    hashed = (windows & _LOW3) * _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash
-    counts = np.bincount(hashed >> np.uint32(shift - 1), minlength=2 * e_dim)  # top bit of the bucket = sign
+    hashed = windows & _LOW3
+    hashed *= _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash (in place: no temporaries)
+    hashed >>= np.uint32(shift - 1)
+    counts = np.bincount(hashed, minlength=2 * e_dim)  # the bucket's top bit is the sign
     vec = counts[:e_dim] - counts[e_dim:]
     norm = math.sqrt(float(vec @ vec))
     return vec / norm if norm > 0 else vec.astype(float)
@@ -79,37 +95,32 @@ def _bounded(value: float | int | None, cap: float = 1e9) -> float:
     return float(min(value, cap))
 
 
-def _words(text: str, cap: int) -> set[str]:
-    return set(_WORD.findall(text[:cap].lower()))
-
-
-def _args_text(args: Any) -> str:
-    if isinstance(args, dict):
-        return " ".join(str(v) for v in args.values())
-    return str(args)
-
-
 @dataclass
 class Telemetry:
     """The featurizer. `fit` decides which channels a deployment has; `start` gives a per-episode stream.
 
     Hyperparameters: `e_dim` (hash buckets, a power of two), `text_cap` (bytes of text hashed per
-    step: bounds the work on untrusted output), `channels` (which channels to use when present).
+    step: bounds the work on untrusted output), `channels` (which channels to use when present),
+    `novelty` (learn healthy result shapes and vocabulary for the g channel; off: those features are 0).
     """
 
     e_dim: int = 32
     text_cap: int = 1024
     channels: tuple[str, ...] = CHANNELS
     min_logprob_coverage: float = 0.5
+    novelty: bool = True
     channels_: tuple[str, ...] = field(default=(), init=False)
     slices_: dict[str, slice] = field(default_factory=dict, init=False)
+    lexicon_: HealthyLexicon | None = field(default=None, init=False)
+    _train_keys: list[EpisodeKeys] = field(default_factory=list, init=False, repr=False)
 
     def get_params(self) -> dict[str, Any]:
         return {"e_dim": self.e_dim, "text_cap": self.text_cap, "channels": list(self.channels),
-                "min_logprob_coverage": self.min_logprob_coverage}
+                "min_logprob_coverage": self.min_logprob_coverage, "novelty": self.novelty}
 
     def fit(self, healthy: Sequence[Episode]) -> Telemetry:
-        """Keep the channels the deployment has: `u` only when most healthy steps carry logprobs."""
+        """Keep the channels the deployment has (`u` only when most healthy steps carry logprobs); learn the
+        healthy lexicon (result shapes, vocabulary) when `novelty` is on."""
         if self.e_dim < 4 or self.e_dim & (self.e_dim - 1):
             raise ValueError(f"e_dim must be a power of two >= 4, got {self.e_dim}")
         unknown = set(self.channels) - set(CHANNELS)
@@ -119,7 +130,31 @@ class Telemetry:
         with_logprobs = sum(1 for s in steps if s.token_logprobs)
         has_u = bool(steps) and with_logprobs / len(steps) >= self.min_logprob_coverage
         self.set_channels(tuple(c for c in CHANNELS if c in self.channels and (c != "u" or has_u)))
+        self._train_keys = [self.episode_keys(e) for e in healthy]
+        self.fit_lexicon(self._train_keys)
         return self
+
+    def fit_transform(self, healthy: Sequence[Episode]) -> list[np.ndarray]:
+        """`fit`, then each training episode's features with itself left out of the lexicon (see `transform`)."""
+        self.fit(healthy)
+        keys, self._train_keys = self._train_keys, []
+        return [self._features(e, own) for e, own in zip(healthy, keys, strict=True)]
+
+    def episode_keys(self, episode: Episode) -> EpisodeKeys:
+        """What `episode` adds to the healthy lexicon (the per-shard half of a distributed fit)."""
+        return episode_keys(episode, self.text_cap) if self.novelty else NO_KEYS
+
+    def fit_lexicon(self, keys: Sequence[EpisodeKeys]) -> None:
+        self.lexicon_ = HealthyLexicon().fit(keys) if self.novelty and "g" in self.channels_ else None
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        return {} if self.lexicon_ is None else {f"lexicon.{k}": v for k, v in self.lexicon_.get_state().items()}
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        lexicon = {k[len("lexicon."):]: v for k, v in state.items() if k.startswith("lexicon.")}
+        self.lexicon_ = HealthyLexicon().set_state(lexicon) if lexicon else None
+        if self.lexicon_ is None and self.novelty and "g" in self.channels_:
+            raise ValueError("the telemetry has novelty features but no healthy lexicon")
 
     def set_channels(self, channels: Sequence[str]) -> None:
         dims = channel_dims(self.e_dim)
@@ -134,18 +169,29 @@ class Telemetry:
     def dim_(self) -> int:
         return sum(s.stop - s.start for s in self.slices_.values())
 
-    def start(self, task: str | None = None) -> TelemetryStream:
-        """A per-episode stream; `task` seeds the grounding context when the steps do not carry it."""
+    def start(self, task: str | None = None, own: EpisodeKeys = NO_KEYS) -> TelemetryStream:
+        """A per-episode stream; `task` seeds the grounding context when the steps do not carry it.
+
+        `own` (a training episode's `episode_keys`) is left out of the healthy lexicon: leave-one-out.
+        """
         if not self.slices_:
             raise RuntimeError("Telemetry is not fitted: call fit(healthy_episodes) first")
-        stream = TelemetryStream(self)
+        stream = TelemetryStream(self, own)
         if task:
             stream.set_task(task)
         return stream
 
-    def transform(self, episode: Episode) -> np.ndarray:
-        """The (T, dim) feature matrix of one episode (the same code path the stream uses)."""
-        stream = self.start(episode.task)
+    def transform(self, episode: Episode, *, leave_out: bool = False) -> np.ndarray:
+        """The (T, dim) feature matrix of one episode (the same code path the stream uses).
+
+        ``leave_out=True`` for an episode the lexicon was fitted on: its novelty features are then
+        computed as if it had not been (as new as a test episode), so training and out-of-fold
+        calibration see the distribution deployment will.
+        """
+        return self._features(episode, self.episode_keys(episode) if leave_out else NO_KEYS)
+
+    def _features(self, episode: Episode, own: EpisodeKeys) -> np.ndarray:
+        stream = self.start(episode.task, own)
         out = np.empty((len(episode.steps), self.dim_))
         for t, step in enumerate(episode.steps):
             out[t] = stream.update(step)
@@ -155,40 +201,51 @@ class Telemetry:
 class TelemetryStream:
     """One episode's featurizer: `update(step)` returns x_t; per-episode state is the calls and words seen."""
 
-    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_slices", "_dim")
+    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_slices", "_dim", "_own",
+                 "_lexicon", "_seen_words")
 
-    def __init__(self, telemetry: Telemetry) -> None:
+    def __init__(self, telemetry: Telemetry, own: EpisodeKeys = NO_KEYS) -> None:
         self._tel = telemetry
         self._shift = 32 - int(math.log2(telemetry.e_dim))
         self._seen_calls: set[str] = set()
         self._context: set[str] = set()
+        self._seen_words: set[str] = set()  # the episode's own words so far: not novel when they recur
         self._last_tool: str | None = None
         self._index = 0
         self._slices = [(name, sl) for name, sl in telemetry.slices_.items()]
         self._dim = telemetry.dim_
+        self._own = own
+        self._lexicon = telemetry.lexicon_
 
     def set_task(self, task: str) -> None:
         self._context = _words(task, self._tel.text_cap)
+        self._seen_words |= self._context
 
     def update(self, step: Step) -> np.ndarray:
         tel = self._tel
         cap = tel.text_cap
         text = step.text or ""
         if step.task and not self._context:
-            self._context = _words(step.task, cap)
+            self.set_task(step.task)
         x = np.empty(self._dim)
         events = step.tool_events
         # Results are capped before any work on them (untrusted, possibly megabytes); lengths use the full size.
         result = "".join((ev.result or "")[:cap] for ev in events) if events else ""
+        # Channels come in CHANNELS order: e (an array) first when present, then u, m, g gathered as floats
+        # and written with one assignment (each numpy conversion costs about a microsecond).
+        start = 0
+        tail: list[float] = []
         for name, sl in self._slices:
             if name == "e":
                 x[sl] = _hash_trigrams(text, tel.e_dim, self._shift, cap)
+                start = sl.stop
             elif name == "u":
-                x[sl] = self._uncertainty(step.token_logprobs)
+                tail += self._uncertainty(step.token_logprobs)
             elif name == "m":
-                x[sl] = self._metadata(step, text, result)
+                tail += self._metadata(step, text, result)
             else:
-                x[sl] = self._grounding(step, text, result, cap)
+                tail += self._grounding(step, text, result, cap)
+        x[start:] = tail
         self._index += 1
         return x
 
@@ -227,10 +284,11 @@ class TelemetryStream:
         repeated = 0.0
         same_tool = 0.0
         arg_relevance = 1.0
+        call_words: set[str] = set()
+        result_words: set[str] = set()
         if events:
-            call_words: set[str] = set()
             for ev in events:
-                args = _args_text(ev.args)
+                args = args_text(ev.args)
                 key = ev.name + "\x00" + args
                 if key in self._seen_calls:
                     repeated += 1.0
@@ -251,6 +309,10 @@ class TelemetryStream:
         # On-topic: the share of this step's words the episode's task and calls already used.
         context_relevance = len(text_words & context) / len(text_words) if text_words and context else 1.0
         stripped = result.lstrip()
+        shape_surprisal, word_novelty = (0.0, 0.0)
+        if self._lexicon is not None:
+            # The same words `monitors.novelty.step_vocabulary` gives the lexicon: what was asked and read.
+            shape_surprisal, word_novelty = self._novelty(step, call_words | result_words if events else text_words)
         return (
             arg_relevance,
             context_relevance,
@@ -259,4 +321,24 @@ class TelemetryStream:
             0.0 if not events or (_ERROR_WORDS.isdisjoint(text_words) and not _STATUS.search(result[:cap])) else 1.0,
             1.0 if stripped[:1] in ("{", "[") else 0.0,
             math.log1p(len(_NUMBER.findall(result[:cap]))),
+            shape_surprisal,
+            word_novelty,
         )
+
+    def _novelty(self, step: Step, words: set[str]) -> tuple[float, float]:
+        """Surprisal of the step's result shapes, and the share of its words (the step text's) new to healthy
+        runs and to the episode so far."""
+        lexicon, own = self._lexicon, self._own
+        assert lexicon is not None
+        surprisal = 0.0
+        for ev in step.tool_events:
+            tool = text_key(ev.name)
+            surprisal += lexicon.shape_surprisal(tool, shape_key(tool, ev.result or ""), own)
+        if not words:
+            return surprisal, 0.0
+        seen = self._seen_words
+        fresh = words - seen
+        novel = lexicon.novel_words(fresh, own) if fresh else 0
+        if len(seen) < _CONTEXT_CAP:
+            seen |= fresh
+        return surprisal, novel / len(words)

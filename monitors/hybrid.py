@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from monitors.base import Detector, score_sequence
-from monitors.calibration import RobustZ
+from monitors.calibration import RobustZ, TailEvidence
 from monitors.esn import EsnCusum
+from monitors.grounding import NoveltyCusum
 from monitors.mahalanobis import Mahalanobis
 
 __all__ = ["DETECTORS", "FUSIONS", "Hybrid", "HybridStream", "make_detector"]
@@ -25,8 +26,9 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "esn_cusum_max": EsnCusum,
     "mahalanobis": lambda **kw: Mahalanobis(delta=False, **kw),
     "delta_mahalanobis": lambda **kw: Mahalanobis(delta=True, **kw),
+    "novelty_cusum": NoveltyCusum,
 }
-FUSIONS = ("max", "weighted", "logistic")
+FUSIONS = ("max", "weighted", "logistic", "fisher")
 
 
 def make_detector(name: str, params: dict[str, Any] | None = None) -> Detector:
@@ -71,25 +73,56 @@ class Hybrid:
         n = len(healthy)
         n_folds = max(2, min(self.n_folds, n))
         folds = np.random.default_rng(self.random_state).permutation(n) % n_folds
-        healthy_max = np.full((n, len(self.components)), np.nan)
+        # oof[i][k]: episode i's per-step scores from component k fitted without i's fold.
+        oof: list[list[np.ndarray]] = [[np.zeros(0)] * len(self.components) for _ in range(n)]
         perturbed_max = np.full((len(perturbed), len(self.components)), np.nan)
-        for fold in range(n_folds):
-            train = [healthy[i] for i in np.flatnonzero(folds != fold).tolist()]
-            for k, name in enumerate(self.components):
-                detector = self._new(name).fit(train, slices)
+        self.detectors_ = []
+        for k, name in enumerate(self.components):
+            detector = self._new(name)
+            crossfit = getattr(detector, "crossfit", None)
+            if crossfit is not None and not perturbed:
+                # The detector's own fast path: every fold's scores from shared work (e.g. reservoir states once).
+                for i, scores in enumerate(crossfit(healthy, slices, folds)):
+                    oof[i][k] = scores
+                self.detectors_.append(detector)
+                continue
+            for fold in range(n_folds):
+                train = [healthy[i] for i in np.flatnonzero(folds != fold).tolist()]
+                fold_detector = self._new(name).fit(train, slices)
                 for i in np.flatnonzero(folds == fold).tolist():
-                    healthy_max[i, k] = _max(score_sequence(detector, healthy[i]))
+                    oof[i][k] = score_sequence(fold_detector, healthy[i])
                 for j, (source, seq) in enumerate(perturbed):
                     if folds[source] == fold:
-                        perturbed_max[j, k] = _max(score_sequence(detector, seq))
+                        perturbed_max[j, k] = _max(score_sequence(fold_detector, seq))
+            self.detectors_.append(detector.fit(healthy, slices))
+        healthy_max = np.array([[_max(scores) for scores in row] for row in oof]).reshape(n, len(self.components))
         self.calibrators_ = [RobustZ().fit(healthy_max[:, k]) for k in range(len(self.components))]
-        self.detectors_ = [self._new(name).fit(healthy, slices) for name in self.components]
+        self.tails_ = ([TailEvidence().fit(healthy_max[:, k]) for k in range(len(self.components))]
+                       if self.fusion == "fisher" else [])
         self.weights_, self.intercept_ = self._fusion_weights(healthy_max, perturbed_max)
+        # Each healthy episode's fused maximum from models that never saw it: the cross-fit calibration set.
+        self.oof_maxima_ = np.array([self._fused_max(row) for row in oof])
         return self
+
+    def _fused_max(self, component_scores: Sequence[np.ndarray]) -> float:
+        """The max over a calibration episode of the fused stream HybridStream would emit for these scores
+        (for "fisher", each tail with the episode itself left out: it is scored as a new episode would be)."""
+        if not len(component_scores[0]):
+            return float("-inf")
+        if self.fusion == "fisher":
+            return sum(tail.evidence_left_out(float(scores.max()))
+                       for scores, tail in zip(component_scores, self.tails_, strict=True))
+        z = np.column_stack([(scores - cal.median_) / cal.scale_
+                             for scores, cal in zip(component_scores, self.calibrators_, strict=True)])
+        if self.fusion == "max":
+            return float(z.max())
+        if self.fusion == "logistic":
+            z = np.maximum.accumulate(z, axis=0)
+        return float((self.intercept_ + np.minimum(z, 50.0) @ self.weights_).max())
 
     def _fusion_weights(self, healthy_max: np.ndarray, perturbed_max: np.ndarray) -> tuple[np.ndarray, float]:
         k = len(self.components)
-        if self.fusion == "max":
+        if self.fusion in ("max", "fisher"):
             return np.ones(k), 0.0
         if self.fusion == "weighted":
             weights = np.ones(k) / k if self.weights is None else np.asarray(self.weights, dtype=float)
@@ -119,6 +152,8 @@ class Hybrid:
             "weights": self.weights_,
             "intercept": np.array([self.intercept_]),
         }
+        for k, tail in enumerate(self.tails_):
+            state[f"tail{k}"] = tail.maxima_
         for k, detector in enumerate(self.detectors_):
             for key, value in detector.get_state().items():
                 state[f"d{k}.{key}"] = value
@@ -132,6 +167,12 @@ class Hybrid:
             self.calibrators_.append(cal)
         self.weights_ = state["weights"]
         self.intercept_ = float(state["intercept"][0])
+        self.tails_ = []
+        if self.fusion == "fisher":
+            for k in range(len(self.components)):
+                tail = TailEvidence()
+                tail.set_maxima(state[f"tail{k}"])
+                self.tails_.append(tail)
         self.detectors_ = []
         for k, name in enumerate(self.components):
             prefix = f"d{k}."
@@ -150,19 +191,31 @@ def _max(scores: np.ndarray) -> float:
 class HybridStream:
     """Per step: each component's stream, its running max, robust-z, then the fusion (plain floats: k is 1-3)."""
 
-    __slots__ = ("_h", "_streams", "_running", "_medians", "_scales", "_weights", "_fusion", "_intercept")
+    __slots__ = ("_h", "_streams", "_running", "_medians", "_scales", "_weights", "_fusion", "_intercept", "_tails",
+                 "_raw_max")
 
     def __init__(self, hybrid: Hybrid) -> None:
         self._h = hybrid
         self._streams = [d.start() for d in hybrid.detectors_]
         self._running = [-np.inf] * len(self._streams)
+        self._raw_max = [-np.inf] * len(self._streams)
         self._medians = [c.median_ for c in hybrid.calibrators_]
         self._scales = [c.scale_ for c in hybrid.calibrators_]
         self._weights = [float(w) for w in hybrid.weights_]
         self._fusion = hybrid.fusion
         self._intercept = hybrid.intercept_
+        self._tails = hybrid.tails_
 
     def update(self, x: np.ndarray) -> float:
+        if self._fusion == "fisher":
+            # Sum over components of the evidence (-log p) of each one's running maximum.
+            raw, running, tails = self._raw_max, self._running, self._tails
+            for k, stream in enumerate(self._streams):
+                score = stream.update(x)
+                if score > raw[k]:
+                    raw[k] = score
+                    running[k] = tails[k].evidence(score)
+            return sum(running)
         zs = []
         for k, stream in enumerate(self._streams):
             z = (stream.update(x) - self._medians[k]) / self._scales[k]

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.linalg import pinvh
 
 __all__ = ["Mahalanobis", "MahalanobisStream", "ledoit_wolf_covariance"]
 
@@ -35,6 +34,15 @@ def ledoit_wolf_covariance(centred: np.ndarray) -> tuple[np.ndarray, float]:
     return covariance, shrinkage
 
 
+def _pinvh(matrix: np.ndarray) -> np.ndarray:
+    """Pseudo-inverse of a symmetric matrix (scipy.linalg.pinvh's cutoff, without its per-call validation:
+    a fit inverts dozens of these)."""
+    values, vectors = np.linalg.eigh(matrix)
+    cutoff = np.finfo(float).eps * max(matrix.shape) * float(np.max(np.abs(values), initial=0.0))
+    inverse = np.where(np.abs(values) > cutoff, 1.0 / np.where(values == 0, 1.0, values), 0.0)
+    return (vectors * inverse) @ vectors.T
+
+
 class Mahalanobis:
     """Squared Mahalanobis distance of x_t (or of x_t - x_{t-1} with ``delta=True``) from healthy steps.
 
@@ -58,16 +66,38 @@ class Mahalanobis:
         return np.diff(seq, axis=0) if self.delta else seq
 
     def fit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice]) -> Mahalanobis:
-        rows = np.vstack([self._rows(seq) for seq in healthy if len(self._rows(seq))])
+        self._fit_rows(self._stack(healthy), slices, explain=True)
+        return self
+
+    def crossfit(self, healthy: Sequence[np.ndarray], slices: dict[str, slice],
+                 folds: np.ndarray) -> list[np.ndarray]:
+        """Each episode's per-step scores from the model fitted without its fold; leaves self fitted on all.
+        (The fold models skip the per-channel covariances: they only explain alarms.)"""
+        out: list[np.ndarray] = [np.zeros(0)] * len(healthy)
+        for fold in np.unique(folds).tolist():
+            fold_model = Mahalanobis(delta=self.delta)
+            fold_model._fit_rows(self._stack([seq for seq, f in zip(healthy, folds, strict=True) if f != fold]),
+                                 slices, explain=False)
+            for i in np.flatnonzero(folds == fold).tolist():
+                out[i] = fold_model.score_batch(healthy[i])
+        self.fit(healthy, slices)
+        return out
+
+    def _stack(self, healthy: Sequence[np.ndarray]) -> np.ndarray:
+        blocks = [self._rows(seq) for seq in healthy if len(self._rows(seq))]
+        rows = np.vstack(blocks) if blocks else np.zeros((0, 0))
         if len(rows) < 2:
-            raise ValueError(f"{self.name} needs at least two healthy steps to fit, got {len(rows)}")
+            raise ValueError(f"{self.name} needs at least two healthy {'step changes' if self.delta else 'steps'} "
+                             f"to fit, got {len(rows)}")
+        return rows
+
+    def _fit_rows(self, rows: np.ndarray, slices: dict[str, slice], explain: bool) -> None:
         self.location_ = rows.mean(axis=0)
         covariance, self.shrinkage_ = ledoit_wolf_covariance(rows - self.location_)
-        self.precision_ = pinvh(covariance)
+        self.precision_ = _pinvh(covariance)
         self.slices_ = dict(slices)
-        self.channel_precisions_ = {name: pinvh(ledoit_wolf_covariance(rows[:, sl] - self.location_[sl])[0])
-                                    for name, sl in slices.items()}
-        return self
+        self.channel_precisions_ = {name: _pinvh(ledoit_wolf_covariance(rows[:, sl] - self.location_[sl])[0])
+                                    for name, sl in slices.items()} if explain else {}
 
     def get_state(self) -> dict[str, np.ndarray]:
         return {"location": self.location_, "precision": self.precision_,

@@ -22,6 +22,7 @@ import numpy as np
 
 from guardrail.core.fileio import UnsafeFile, atomic_write_bytes, json_nesting_exceeds, read_regular
 from guardrail.core.version import version
+from monitors.calibration import Calibration
 from monitors.features import CHANNELS, Telemetry
 from monitors.hybrid import Hybrid
 from monitors.monitor import StepMonitor
@@ -29,7 +30,7 @@ from monitors.monitor import StepMonitor
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "ModelFileError", "load_monitor", "save_monitor"]
 
 MODEL_FORMAT = "guardrail-step-monitor"
-MODEL_VERSION = 1
+MODEL_VERSION = 2  # 2: g channel with novelty features + the healthy lexicon arrays, calibration record
 _HEADER = "__header__"
 
 
@@ -41,7 +42,10 @@ def save_monitor(monitor: StepMonitor, path: str | os.PathLike[str], *, extra: d
     """Write a fitted monitor atomically (a reader sees the old file or the whole new one)."""
     if not hasattr(monitor, "hybrid_"):
         raise ValueError("save_monitor needs a fitted StepMonitor (call fit first)")
+    calibration = getattr(monitor, "calibration_", None)
     arrays = {f"hybrid.{key}": np.ascontiguousarray(value) for key, value in monitor.hybrid_.get_state().items()}
+    arrays.update({f"telemetry.{key}": np.ascontiguousarray(value)
+                   for key, value in monitor.telemetry_.get_state().items()})
     header = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -49,6 +53,7 @@ def save_monitor(monitor: StepMonitor, path: str | os.PathLike[str], *, extra: d
         "params": monitor.get_params(),
         "telemetry": {"params": monitor.telemetry_.get_params(), "channels": list(monitor.telemetry_.channels_)},
         "threshold": monitor.threshold_ if np.isfinite(monitor.threshold_) else None,
+        "calibration": None if calibration is None else calibration.to_json(),
         "n_train": getattr(monitor, "n_train_", None),
         "n_val": getattr(monitor, "n_val_", None),
         "arrays": {key: {"shape": list(value.shape), "dtype": str(value.dtype)} for key, value in arrays.items()},
@@ -94,6 +99,8 @@ def load_monitor(path: str | os.PathLike[str]) -> StepMonitor:
         monitor = StepMonitor(telemetry=telemetry, **params)
         monitor.telemetry_ = Telemetry(**telemetry.get_params())
         monitor.telemetry_.set_channels(header["telemetry"]["channels"])
+        monitor.telemetry_.set_state({key[len("telemetry."):]: value for key, value in arrays.items()
+                                      if key.startswith("telemetry.")})
         _check_widths(monitor.telemetry_.dim_, arrays)
         monitor.hybrid_ = Hybrid(monitor.components, monitor.fusion, detector_params=monitor.detector_params,
                                  n_folds=monitor.n_folds, random_state=monitor.random_state)
@@ -104,6 +111,12 @@ def load_monitor(path: str | os.PathLike[str]) -> StepMonitor:
                              f"({type(exc).__name__}: {_one_line(exc)}); refit with `guardrail fit`") from exc
     threshold = header.get("threshold")
     monitor.threshold_ = float("inf") if threshold is None else float(threshold)
+    calibration = header.get("calibration")
+    try:
+        monitor.calibration_ = None if calibration is None else Calibration.from_json(calibration)
+    except (AttributeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: the header's calibration record is damaged ({exc}); refit with "
+                             "`guardrail fit`") from exc
     monitor.n_train_ = int(header.get("n_train") or 0)
     monitor.n_val_ = int(header.get("n_val") or 0)
     return monitor

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,19 +15,24 @@ from typing import Any
 import numpy as np
 
 from guardrail.core.events import Episode, Step
-from monitors.calibration import alarm_threshold
+from monitors.calibration import CALIBRATION_METHODS, Calibration, conformal_threshold
 from monitors.features import Telemetry, TelemetryStream
 from monitors.hybrid import Hybrid, HybridStream
 from monitors.perturb import perturb
 
 __all__ = ["DEFAULT_CONFIG", "PRESETS", "EpisodeScore", "MonitorStream", "StepMonitor"]
 
-# What `guardrail fit` produces with no options: the configuration we stand behind (see the bench).
-# Chosen on langgraph7b and real_research7b only (10 seeded splits): among configurations within the
-# fit/step budgets it tied delta-Mahalanobis alone on AUROC (0.938/0.941 vs 0.937/0.942) with lower
-# healthy FA on langgraph7b (0.076 vs 0.095). Run unchanged on autogen7b, ollama7b, demo_real_varied_ext
-# (`guardrail bench monitor --repeats 10`); on ollama7b its mean healthy FA came out at 0.114 (> 0.10).
-DEFAULT_CONFIG: dict[str, Any] = {"components": ["delta_mahalanobis", "mahalanobis"], "fusion": "max"}
+# What `guardrail fit` produces with no options: the configuration we stand behind (docs/monitor.md).
+# Chosen on langgraph7b and real_research7b only (10 seeded splits, cross-fit conformal threshold at
+# beta 0.05): the four components fused by summed tail evidence. Adding the ESN to the other three
+# ("grounded") raised real_research7b detection 0.78 -> 0.86 at equal AUROC (0.993) and FA (langgraph7b:
+# 0.99 either way), so it is in; it costs 13-25 us a step (docs/monitor.md says when to leave it out).
+# The held-out corpora (autogen7b, ollama7b, demo_real_varied_ext) were run once, unchanged, with it.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis", "novelty_cusum"],
+    "fusion": "fisher",
+    "n_folds": 10,
+}
 PRESETS: dict[str, dict[str, Any]] = {
     "default": DEFAULT_CONFIG,
     "esn_cusum_max": {"components": ["esn_cusum_max"], "fusion": "max"},
@@ -36,6 +42,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "hybrid_weighted50": {"components": ["esn_cusum_max", "delta_mahalanobis"], "fusion": "weighted"},
     "hybrid_all": {"components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis"], "fusion": "max"},
     "hybrid_logistic": {"components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis"], "fusion": "logistic"},
+    "novelty_cusum": {"components": ["novelty_cusum"], "fusion": "max"},
+    "grounded": {"components": ["delta_mahalanobis", "mahalanobis", "novelty_cusum"], "fusion": "fisher",
+                 "n_folds": 10},
 }
 
 
@@ -59,13 +68,15 @@ class StepMonitor:
 
     Hyperparameters: `components` (detector names, see `monitors.hybrid.DETECTORS`), `fusion`
     (max | weighted | logistic), `telemetry` (a `Telemetry` with its settings), `beta` (the
-    false-alarm budget for `calibrate`), `detector_params`, `n_folds`, `random_state`.
+    false-alarm budget), `calibration` ("crossfit": `fit` sets the threshold from every healthy
+    episode's out-of-fold maximum; "split": no threshold until `calibrate` on held-out healthy
+    episodes; see `monitors.calibration`), `detector_params`, `n_folds`, `random_state`.
     """
 
     def __init__(self, components: Sequence[str] = tuple(DEFAULT_CONFIG["components"]),
                  fusion: str = DEFAULT_CONFIG["fusion"], telemetry: Telemetry | None = None, beta: float = 0.05,
-                 detector_params: dict[str, dict[str, Any]] | None = None, n_folds: int = 4,
-                 random_state: int = 0) -> None:
+                 detector_params: dict[str, dict[str, Any]] | None = None, n_folds: int = DEFAULT_CONFIG["n_folds"],
+                 random_state: int = 0, calibration: str = "crossfit") -> None:
         self.components = tuple(components)
         self.fusion = fusion
         self.telemetry = telemetry
@@ -73,6 +84,7 @@ class StepMonitor:
         self.detector_params = detector_params
         self.n_folds = n_folds
         self.random_state = random_state
+        self.calibration = calibration
 
     @classmethod
     def preset(cls, name: str, **kwargs: Any) -> StepMonitor:
@@ -83,7 +95,7 @@ class StepMonitor:
     def get_params(self) -> dict[str, Any]:
         return {"components": list(self.components), "fusion": self.fusion, "beta": self.beta,
                 "detector_params": self.detector_params or {}, "n_folds": self.n_folds,
-                "random_state": self.random_state,
+                "random_state": self.random_state, "calibration": self.calibration,
                 "telemetry": (self.telemetry or Telemetry()).get_params()}
 
     # ------------------------------------------------------------------ fitting
@@ -96,11 +108,13 @@ class StepMonitor:
         usable = [e for e in healthy if e.steps]
         if len(usable) < 4:
             raise ValueError(f"fit needs at least 4 healthy episodes with steps, got {len(usable)}")
-        self.telemetry_ = Telemetry(**(self.telemetry or Telemetry()).get_params()).fit(usable)
-        features = [self.telemetry_.transform(e) for e in usable]
+        self.telemetry_ = Telemetry(**(self.telemetry or Telemetry()).get_params())
+        # Leave-one-out: each training episode's novelty features as if the lexicon had not seen it.
+        features = self.telemetry_.fit_transform(usable)
         perturbed = []
         if self.fusion == "logistic":
-            perturbed = [(i, self.telemetry_.transform(e)) for i, e in perturb(usable, random_state=self.random_state)]
+            perturbed = [(i, self.telemetry_.transform(e, leave_out=True))
+                         for i, e in perturb(usable, random_state=self.random_state)]
         return self.fit_features(features, perturbed)
 
     def fit_features(self, features: Sequence[np.ndarray],
@@ -108,28 +122,48 @@ class StepMonitor:
         """Fit the detectors on precomputed telemetry (the batch path: featurize shards in parallel, then solve)."""
         if not hasattr(self, "telemetry_"):
             raise RuntimeError("fit_features needs a fitted telemetry_ (use fit, or set telemetry_ first)")
+        if self.calibration not in CALIBRATION_METHODS:
+            raise ValueError(f"unknown calibration {self.calibration!r}; choose from {CALIBRATION_METHODS}")
         self.hybrid_ = Hybrid(self.components, self.fusion, detector_params=self.detector_params,
                               n_folds=self.n_folds, random_state=self.random_state)
         self.hybrid_.fit(features, self.telemetry_.slices_, perturbed)
-        self.threshold_ = float("inf")  # no alarms until calibrated on healthy validation episodes
         self.n_train_ = len(features)
+        self.threshold_ = float("inf")  # "split": no alarms until calibrated on healthy validation episodes
+        self.calibration_: Calibration | None = None
+        self._weak_calibration: str | None = None
+        if self.calibration == "crossfit":
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self.set_calibration(conformal_threshold(self.hybrid_.oof_maxima_, self.beta, "crossfit"))
+            # Said when the threshold is first used, not here: a `calibrate` that follows replaces it.
+            self._weak_calibration = str(caught[0].message) if caught else None
         return self
 
     def calibrate(self, healthy_val: Sequence[Episode], beta: float | None = None) -> StepMonitor:
-        """Set threshold_ to the (1 - beta) quantile of per-episode max scores on healthy validation episodes."""
+        """Split-conformal threshold from held-out healthy validation episodes (replaces a cross-fit one)."""
         sick = [e.episode_id for e in healthy_val if not e.is_healthy]
         if sick:
             raise ValueError(f"calibrate takes healthy validation episodes only; got {sick[0]!r} labelled otherwise")
+        self._weak_calibration = None  # the cross-fit threshold is being replaced: nothing to say about it
         maxima = [self.score_episode(e).max_score for e in healthy_val if e.steps]
-        self.threshold_ = alarm_threshold(maxima, self.beta if beta is None else beta)
-        self.n_val_ = len(maxima)
+        self.set_calibration(conformal_threshold(maxima, self.beta if beta is None else beta, "split"))
         return self
+
+    def set_calibration(self, calibration: Calibration) -> None:
+        """Use this threshold (from `monitors.calibration.conformal_threshold`), e.g. one computed on a batch engine."""
+        self._weak_calibration = None
+        self.calibration_ = calibration
+        self.threshold_ = calibration.threshold
+        self.n_val_ = calibration.n
 
     # ------------------------------------------------------------------ scoring
     def start(self, task: str | None = None) -> MonitorStream:
         """A per-episode scorer; `task` (the episode's task text, when known) grounds the g channel."""
         if not hasattr(self, "hybrid_"):
             raise RuntimeError("StepMonitor is not fitted: call fit(healthy_episodes) first")
+        if getattr(self, "_weak_calibration", None):
+            warnings.warn(self._weak_calibration or "", stacklevel=2)
+            self._weak_calibration = None
         return MonitorStream(self, task)
 
     def score_episode(self, episode: Episode) -> EpisodeScore:

@@ -163,3 +163,114 @@ def test_reading_a_sentinel_shard_keeps_the_order_given(sentinel_dir: Path):
     shard = read_episodes(sentinel_dir / "autogen7b", ["autogen-healthy-003", "autogen-looping-000"])
     assert [e.episode_id for e in shard] == ["autogen-healthy-003", "autogen-looping-000"]
     assert shard[1].label == "looping"
+
+
+# --------------------------------------------------------------------------- later sentinel schemas
+def _later_schema_corpus(root: Path, schema: int = 7) -> list[dict]:
+    """A sentinel-format corpus as a later release might write it: new fields at every level, keys reordered,
+    an unused field whose type changed (tool event `id` as a number), a new optional manifest key."""
+    root.mkdir(parents=True, exist_ok=True)
+    steps = [
+        {"tool_events": [{"server": "mcp://flights", "latency_s": 0.2, "is_error": False, "result": "$120",
+                          "name": "lookup_flight", "args": {"origin": "Oslo"}, "id": 17, "cache": {"hit": True},
+                          "result_chars": 4, "result_truncated": False}],
+         "schema": schema, "text": '[lookup_flight({"origin": "Oslo"}) -> $120]', "action": "tool_call",
+         "token_logprobs": [-0.1, -0.3], "latency_s": 0.5, "output_tokens": 9, "error": False,
+         "task": "Book Oslo", "reasoning": {"tokens": 31, "summary": "look up the flight"}, "cost_usd": 0.0004},
+        {"action": "synthesis", "schema": schema, "text": "The total is $120.", "token_logprobs": [],
+         "latency_s": 0.3, "output_tokens": 5, "error": False, "tool_events": [], "handoff": None},
+    ]
+    (root / "ep-0.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    manifest = [{"T": 2, "file": "ep-0.jsonl", "failure_class": None, "episode_id": "ep-0", "tau": None,
+                 "model": "qwen2.5:7b", "has_logprobs": True, "agent_card": {"name": "booker", "version": "2"},
+                 "provenance": {"backend": "langgraph", "tools": ["lookup_flight"], "region": "eu"}}]
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return steps
+
+
+def test_a_later_sentinel_schema_keeps_unknown_fields_and_rejects_nothing(tmp_path: Path):
+    raw = _later_schema_corpus(tmp_path / "later")
+    corpus = read_corpus(tmp_path / "later", strict=True)  # a newer schema is a warning, not an error
+    [warning] = corpus.issues
+    assert warning.severity == "warning" and "schema 7 is newer than 5" in warning.message
+    [episode] = corpus.episodes
+    assert len(episode.steps) == 2 and episode.framework == "langgraph" and episode.tools == ["lookup_flight"]
+    tool_step, final = episode.steps
+    assert tool_step.extra == {"reasoning": raw[0]["reasoning"], "cost_usd": 0.0004}
+    assert final.extra == {"handoff": None} and final.is_final
+    [event] = tool_step.tool_events
+    assert (event.name, event.args, event.result, event.latency_s) == ("lookup_flight", {"origin": "Oslo"}, "$120", 0.2)
+    # A new field, and a field we do not use whose type changed, are both kept verbatim.
+    assert event.extra == {"server": "mcp://flights", "cache": {"hit": True}, "id": 17} and event.id == ""
+    assert episode.meta["agent_card"] == {"name": "booker", "version": "2"}
+    assert episode.meta["provenance"]["region"] == "eu"
+
+
+def test_later_schema_extras_round_trip_through_our_writer(tmp_path: Path):
+    _later_schema_corpus(tmp_path / "later")
+    imported = read_corpus(tmp_path / "later").episodes
+    write_corpus(tmp_path / "ours", imported)
+    again = read_corpus(tmp_path / "ours", strict=True)
+    assert again.issues == []
+    assert again.episodes[0].steps == imported[0].steps
+    assert again.episodes[0].steps[0].tool_events[0].extra["server"] == "mcp://flights"
+    assert again.episodes[0].meta["agent_card"] == imported[0].meta["agent_card"]
+
+
+def test_our_own_format_stays_strict_about_unknown_step_fields(tmp_path: Path):
+    write_corpus(tmp_path, [make_episode("ep-0")])
+    line = json.loads((tmp_path / "ep-0.jsonl").read_text().splitlines()[0])
+    (tmp_path / "ep-0.jsonl").write_text(json.dumps({**line, "surprise": 1}) + "\n")
+    corpus = read_corpus(tmp_path, verify=False)
+    assert any("surprise" in issue.message and "xtra" in issue.message for issue in corpus.issues)
+    with pytest.raises(Exception, match="surprise"):
+        ToolEvent(name="x", surprise=1)  # type: ignore[call-arg]
+
+
+def test_a_used_field_of_the_wrong_type_rejects_that_step_only_with_one_message(tmp_path: Path):
+    raw = _later_schema_corpus(tmp_path / "later")
+    bad = {**raw[0], "text": {"not": "a string"}}
+    (tmp_path / "later" / "ep-0.jsonl").write_text(json.dumps(bad) + "\n" + json.dumps(raw[1]) + "\n")
+    corpus = read_corpus(tmp_path / "later", verify=False)
+    errors = [i for i in corpus.issues if i.severity == "error"]
+    assert [(i.file, i.line) for i in errors if i.line] == [("ep-0.jsonl", 1)]
+    assert "text" in errors[0].message
+    assert [s.is_final for s in corpus.episodes[0].steps] == [True]
+
+
+def test_a_manifest_entry_with_a_bad_used_field_is_reported_and_the_rest_load(tmp_path: Path):
+    _later_schema_corpus(tmp_path / "later")
+    manifest = json.loads((tmp_path / "later" / "manifest.json").read_text())
+    manifest.append({**manifest[0], "episode_id": "ep-1", "tau": "soon"})
+    (tmp_path / "later" / "manifest.json").write_text(json.dumps(manifest))
+    corpus = read_corpus(tmp_path / "later")
+    assert [e.episode_id for e in corpus.episodes] == ["ep-0"]
+    assert any("'ep-1'" in i.message and "tau" in i.message for i in corpus.issues)
+
+
+def test_a_real_corpus_rewritten_in_a_later_schema_scores_identically(sentinel_dir: Path, tmp_path: Path):
+    from monitors.monitor import StepMonitor
+
+    source = sentinel_dir / "autogen7b"
+    manifest = json.loads((source / "manifest.json").read_text())
+    later = tmp_path / "autogen_later"
+    later.mkdir()
+    for entry in manifest:
+        lines = (source / entry["file"]).read_text().splitlines()
+        rewritten = []
+        for line in lines:
+            step = json.loads(line)
+            step["tool_events"] = [{**dict(reversed(list(e.items()))), "span_id": "abc", "retries": 0}
+                                   for e in step.get("tool_events") or []]
+            rewritten.append(json.dumps({"trace_v": {"x": 1}, **dict(reversed(list(step.items()))), "schema": 6}))
+        (later / entry["file"]).write_text("\n".join(rewritten) + "\n")
+    (later / "manifest.json").write_text(json.dumps([{**e, "trace_sha256": None, "new_key": [1, 2]}
+                                                     for e in manifest]))
+    original, rewritten_corpus = read_corpus(source), read_corpus(later)
+    assert [i.severity for i in rewritten_corpus.issues] == ["warning"]
+    assert len(rewritten_corpus.episodes) == len(original.episodes)
+    healthy = [e for e in original.episodes if e.is_healthy][:20]
+    monitor = StepMonitor().fit(healthy)
+    for a, b in zip(original.episodes[::15], rewritten_corpus.episodes[::15], strict=True):
+        assert monitor.score_episode(a).scores == monitor.score_episode(b).scores
+        assert b.steps[0].extra == {"trace_v": {"x": 1}}

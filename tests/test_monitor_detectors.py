@@ -121,3 +121,79 @@ def test_ledoit_wolf_covariance_matches_scikit_learn() -> None:
     reference = LedoitWolf().fit(rows)
     covariance, shrinkage = ledoit_wolf_covariance(rows - rows.mean(axis=0))
     assert np.allclose(covariance, reference.covariance_) and np.isclose(shrinkage, reference.shrinkage_)
+
+
+def test_esn_crossfit_scores_equal_a_fit_without_each_fold() -> None:
+    healthy = _healthy(20, 10, seed=2)
+    folds = np.random.default_rng(0).permutation(20) % 4
+    model = EsnCusum(random_state=3)
+    oof = model.crossfit(healthy, SLICES, folds)
+    for fold in range(4):
+        kept = folds != fold
+        alone = EsnCusum(random_state=3).fit([h for h, k in zip(healthy, kept, strict=True) if k], SLICES,
+                                             folds=folds[kept])
+        for i in np.flatnonzero(~kept):
+            assert np.allclose(oof[i], score_sequence(alone, healthy[i]))
+    # ...and leaves the model fitted on everything, as a plain fit with the same folds would be.
+    full = EsnCusum(random_state=3).fit(healthy, SLICES, folds=folds)
+    assert np.allclose(score_sequence(model, healthy[0]), score_sequence(full, healthy[0]))
+
+
+def test_esn_fit_is_the_same_model_the_cross_fit_calibrated() -> None:
+    healthy = _healthy(12, 9, seed=5)
+    model = EsnCusum(random_state=1).fit(healthy, SLICES)
+    stream = model.start()
+    seq = _healthy(1, 9, seed=6)[0]
+    assert np.array_equal([stream.update(x) for x in seq], score_sequence(model, seq))
+    assert model.readout_.shape == (model.out_dim_, model.n_reservoirs_ * model.n_units + 5 + 1)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_mahalanobis_crossfit_scores_equal_a_fit_without_each_fold(delta: bool) -> None:
+    healthy = _healthy(15, 8, seed=8)
+    folds = np.arange(15) % 3
+    model = Mahalanobis(delta=delta)
+    oof = model.crossfit(healthy, SLICES, folds)
+    for fold in range(3):
+        alone = Mahalanobis(delta=delta).fit([h for h, f in zip(healthy, folds, strict=True) if f != fold], SLICES)
+        for i in np.flatnonzero(folds == fold):
+            assert np.allclose(oof[i], alone.score_batch(healthy[i]))
+    assert set(model.channel_precisions_) == {"a", "b"}
+
+
+def _novelty_sequence(surprisal: list[float], words: list[float]) -> np.ndarray:
+    from monitors.features import G_DIM, G_SHAPE_SURPRISAL, G_WORD_NOVELTY
+
+    x = np.zeros((len(surprisal), G_DIM))
+    x[:, G_SHAPE_SURPRISAL] = surprisal
+    x[:, G_WORD_NOVELTY] = words
+    return x
+
+
+def test_novelty_cusum_absorbs_one_odd_step_and_accumulates_a_persistent_one() -> None:
+    from monitors.grounding import NoveltyCusum
+
+    detector = NoveltyCusum().fit([], {"g": slice(0, 9)})
+    once = detector.score_batch(_novelty_sequence([0, 1.8, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]))
+    persistent = detector.score_batch(_novelty_sequence([0, 1.8, 1.8, 1.8, 1.8, 1.8], [0, 0.2, 0.2, 0.2, 0.2, 0.2]))
+    assert once.max() == pytest.approx(0.8) and once[-1] == 0.0
+    assert persistent[-1] == pytest.approx(5 * (1.8 + 5 * 0.2 - 1.0))
+    stream = detector.start()
+    assert np.allclose([stream.update(x) for x in _novelty_sequence([0, 3, 0], [0.5, 0, 0])],
+                       detector.score_batch(_novelty_sequence([0, 3, 0], [0.5, 0, 0])))
+    with pytest.raises(ValueError, match="grounding channel"):
+        NoveltyCusum().fit([], SLICES)
+
+
+def test_fisher_fusion_stream_matches_its_calibration_and_adds_evidence() -> None:
+    healthy = _healthy(30)
+    hybrid = Hybrid(("esn_cusum_max", "delta_mahalanobis"), fusion="fisher", n_folds=5).fit(healthy, SLICES)
+    assert len(hybrid.tails_) == 2 and hybrid.oof_maxima_.shape == (30,)
+    seq = _healthy(1, 12, seed=40)[0]
+    streamed = score_sequence(hybrid, seq)
+    running = [np.maximum.accumulate(score_sequence(d, seq)) for d in hybrid.detectors_]
+    expected = [sum(t.evidence(r[i]) for t, r in zip(hybrid.tails_, running, strict=True)) for i in range(len(seq))]
+    assert np.allclose(streamed, expected)
+    assert np.all(np.diff(streamed) >= -1e-12)  # running maxima: the fused evidence never falls
+    # A calibration episode's fused maximum is scored with itself left out of each tail.
+    assert hybrid.oof_maxima_.min() >= 0.0

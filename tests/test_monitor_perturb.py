@@ -35,7 +35,8 @@ def test_perturbations_keep_the_prefix_and_change_the_rest() -> None:
 
 def test_logistic_fusion_weights_are_nonnegative_and_learned_from_training_only() -> None:
     healthy = [_episode(i) for i in range(16)]
-    monitor = StepMonitor(components=("delta_mahalanobis", "mahalanobis"), fusion="logistic").fit(healthy)
+    monitor = StepMonitor(components=("delta_mahalanobis", "mahalanobis"), fusion="logistic",
+                          calibration="split").fit(healthy)
     assert monitor.hybrid_.weights_.shape == (2,)
     assert np.all(monitor.hybrid_.weights_ >= 0.0)
     assert monitor.threshold_ == float("inf")  # no threshold until healthy validation episodes calibrate it

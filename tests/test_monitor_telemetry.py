@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardrail.core.events import Episode, Step, StepKind, ToolEvent
-from monitors.features import Telemetry, _hash_trigrams
+from monitors.features import G_SHAPE_SURPRISAL, G_WORD_NOVELTY, Telemetry, _hash_trigrams
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
 
@@ -80,6 +80,69 @@ def test_error_shaped_result_is_flagged() -> None:
     assert x[g][4] == 1.0
 
 
+def _g(telemetry: Telemetry, features: np.ndarray) -> np.ndarray:
+    return features[:, telemetry.slices_["g"]]
+
+
+def test_a_result_shape_the_tool_never_returned_is_surprising_and_a_familiar_one_is_not() -> None:
+    telemetry = Telemetry().fit([_episode(i, logprobs=False) for i in range(6)])
+    stream = telemetry.start("Price a trip from Oslo to Rome")
+    familiar = stream.update(_tool_step(0, "lookup_flight", {"origin": "Oslo"}, "Oslo to Rome: $120"))
+    corrupted = stream.update(_tool_step(1, "lookup_hotel", {"city": "Rome"}, "Rome hotel $49/night $905"))
+    unknown = stream.update(_tool_step(2, "book_taxi", {"city": "Rome"}, "booked"))
+    g = telemetry.slices_["g"]
+    assert familiar[g][G_SHAPE_SURPRISAL] == 0.0
+    # lookup_hotel returned one shape in all 6 healthy runs: a new one costs -log((0 + 1) / (6 + 2)) nats.
+    assert corrupted[g][G_SHAPE_SURPRISAL] == pytest.approx(math.log(8))
+    assert unknown[g][G_SHAPE_SURPRISAL] == pytest.approx(math.log(8))  # a tool no healthy run used
+
+
+def test_a_tool_whose_results_always_differ_in_form_is_not_surprising() -> None:
+    def episode(i: int) -> Episode:
+        result = " ".join(["word"] * i) + "." * i + "!" * (i % 3)  # a new shape every run
+        return Episode(episode_id=f"f{i}", steps=[_tool_step(0, "browse", {"url": "x"}, result),
+                                                   Step(index=1, kind=StepKind.FINAL, text="done")])
+
+    telemetry = Telemetry().fit([episode(i) for i in range(1, 11)])
+    x = telemetry.start().update(_tool_step(0, "browse", {"url": "x"}, "?? something else entirely ??"))
+    assert 0.0 < x[telemetry.slices_["g"]][G_SHAPE_SURPRISAL] < -math.log(10 / 12) + 1e-9
+
+
+def test_training_episodes_are_featurized_as_if_left_out_of_the_lexicon() -> None:
+    healthy = [_episode(i, logprobs=False) for i in range(5)]
+    odd = healthy[4].model_copy(update={"steps": [
+        _tool_step(0, "lookup_flight", {"origin": "Prague"}, "ERROR 503 retry"), *healthy[4].steps[1:]]})
+    healthy[4] = odd
+    telemetry = Telemetry()
+    loo = telemetry.fit_transform(healthy)
+    assert _g(telemetry, loo[4])[0, G_SHAPE_SURPRISAL] > 0.0  # only this episode had that shape: new to the rest
+    assert _g(telemetry, telemetry.transform(odd))[0, G_SHAPE_SURPRISAL] == 0.0  # in-sample it is familiar
+    assert np.array_equal(loo[4], telemetry.transform(odd, leave_out=True))
+    assert np.array_equal(loo[0], telemetry.transform(healthy[0]))  # nothing unique there: LOO changes nothing
+
+
+def test_word_novelty_is_the_share_of_words_no_healthy_run_and_not_the_episode_used() -> None:
+    telemetry = Telemetry().fit([_episode(i, logprobs=False) for i in range(4)])
+    stream = telemetry.start("Price a trip from Prague to Lisbon with 3 hotel nights")
+    drift = Step(index=0, kind=StepKind.FINAL, text="Total for Lisbon: Shackleton crossed Antarctica")
+    novelty = stream.update(drift)[telemetry.slices_["g"]][G_WORD_NOVELTY]
+    assert novelty == pytest.approx(3 / 6)  # shackleton, crossed, antarctica of the six words
+    again = stream.update(drift.model_copy(update={"index": 1}))[telemetry.slices_["g"]][G_WORD_NOVELTY]
+    assert again == 0.0  # the episode's own words are not new twice
+
+
+def test_the_lexicon_round_trips_through_its_state() -> None:
+    telemetry = Telemetry().fit([_episode(i, logprobs=True) for i in range(4)])
+    copy = Telemetry()
+    copy.set_channels(telemetry.channels_)
+    copy.set_state({k: np.array(v) for k, v in telemetry.get_state().items()})
+    probe = _episode(7, logprobs=True).model_copy(update={"steps": [
+        _tool_step(0, "lookup_flight", {"origin": "Oslo"}, "nothing like it"), _episode(7, True).steps[2]]})
+    assert np.array_equal(copy.transform(probe), telemetry.transform(probe))
+    with pytest.raises(ValueError, match="no healthy lexicon"):
+        copy.set_state({})
+
+
 def test_fit_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="power of two"):
         Telemetry(e_dim=24).fit([_episode(0, False)])
@@ -96,6 +159,7 @@ def test_featurizer_survives_any_step(text: str, args: object, result: str | Non
                                       latency: float | None) -> None:
     telemetry = Telemetry(channels=("e", "u", "m", "g"))
     telemetry.set_channels(("e", "u", "m", "g"))
+    telemetry.fit_lexicon([telemetry.episode_keys(_episode(i, logprobs=True)) for i in range(2)])
     step = Step(index=0, kind=StepKind.TOOL_CALL, text=text, token_logprobs=logprobs, latency_s=latency,
                 tool_events=[ToolEvent(name="t", args=args, result=result)])
     stream = telemetry.start(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from html.parser import HTMLParser
 
@@ -20,7 +21,7 @@ def fitted(sentinel_dir, tmp_path_factory):
     """A monitor fitted on the healthy half of autogen7b, and a small corpus of the rest (failures kept)."""
     corpus = read_corpus(sentinel_dir / "autogen7b")
     healthy = corpus.healthy()
-    monitor = StepMonitor().fit(healthy[:30]).calibrate(healthy[30:45])
+    monitor = StepMonitor().fit(healthy[:45])  # cross-fit conformal threshold
     root = tmp_path_factory.mktemp("report")
     save_monitor(monitor, root / "monitor.npz")
     failures = [e for e in corpus.episodes if not e.is_healthy][:9]
@@ -53,6 +54,22 @@ def test_report_command_writes_html_whose_plots_exist(fitted, capsys):
     assert all((out / s).read_bytes()[:4] == b"\x89PNG" for s in parser.sources)
     labels = {row["label"] for row in printed["summary"]}
     assert "healthy" in labels and len(labels) >= 2
+
+
+def test_report_states_the_calibration_and_the_false_alarm_interval(fitted):
+    root, monitor = fitted
+    out = root / "out_calibration"
+
+    assert main(["report", str(root / "small"), "--model", str(root / "monitor.npz"), "-o", str(out)]) == 0
+
+    page = (out / "index.html").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert "crossfit conformal, 44th of 45 healthy episode maxima" in page
+    assert summary["calibration"]["n"] == 45 and summary["calibration"]["method"] == "crossfit"
+    healthy = next(r for r in summary["summary"] if r["label"] == "healthy")
+    low, high = healthy["alarm_rate_ci"]
+    assert low <= healthy["alarm_rate"] <= high and high > 0.5  # three healthy episodes: a wide interval
+    assert monitor.calibration_.describe() in html.unescape(page)
 
 
 def test_summary_counts_alarms_and_delays_per_class(fitted):

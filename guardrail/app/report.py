@@ -55,18 +55,24 @@ class ReportData:
     rows: list[EpisodeRow] = field(default_factory=list)
     gate_findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    calibration: Any = None  # the model's monitors.calibration.Calibration, when it has one
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per corpus and label: episodes, detection rate (alarm anywhere), median delay, verifier flags."""
+        """Per corpus and label: episodes, alarm rate (for healthy: the false-alarm rate) with its 95%
+        Clopper-Pearson interval, median delay, verifier flags."""
+        from monitors.calibration import binomial_ci
+
         groups: dict[tuple[str, str], list[EpisodeRow]] = defaultdict(list)
         for row in self.rows:
             groups[(row.corpus, row.label)].append(row)
         out = []
         for (corpus, label), rows in sorted(groups.items()):
             delays = sorted(r.delay for r in rows if r.delay is not None)
+            alarms = sum(r.detected for r in rows)
             out.append({
                 "corpus": corpus, "label": label, "episodes": len(rows),
-                "alarm_rate": sum(r.detected for r in rows) / len(rows),
+                "alarm_rate": alarms / len(rows),
+                "alarm_rate_ci": binomial_ci(alarms, len(rows)),
                 "median_delay": delays[len(delays) // 2] if delays else None,
                 "verifier_flagged": sum(1 for r in rows if any(f.blocking for f in r.findings)) / len(rows),
             })
@@ -85,7 +91,8 @@ def score_corpora(paths: Sequence[str | Path], model: Any, *, spec: Any = None,
 
         spec_obj = load_spec(spec) if isinstance(spec, str) else spec
         verify = (verify_episode, spec_obj)
-    data = ReportData(title="guardrail report", threshold=float(model.threshold_))
+    data = ReportData(title="guardrail report", threshold=float(model.threshold_),
+                      calibration=getattr(model, "calibration_", None))
     for path in paths:
         corpus = read_corpus(path)
         data.notes.extend(f"{corpus.name}: {issue}" for issue in corpus.issues[:20])
@@ -218,6 +225,10 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _interval(bounds: Sequence[float] | None) -> str | None:
+    return None if bounds is None else f"{bounds[0]:.3f}-{bounds[1]:.3f}"
+
+
 def _finding_rows(findings: Sequence[Finding], where: str = "") -> list[dict[str, Any]]:
     return [{"where": where, "layer": f.layer, "check": f.check, "step": f.step, "blocking": f.blocking,
              "message": f.message[:300], "hint": (f.hint or "")[:200]} for f in findings]
@@ -238,8 +249,14 @@ def write_report(data: ReportData, out_dir: str | Path, *, extra_images: Sequenc
              f"<style>{_CSS}</style></head><body><h1>{html.escape(data.title)}</h1>"]
     if data.threshold is not None:
         parts.append(f"<p>Monitor threshold: <code>{data.threshold:.4g}</code> (calibrated on healthy runs).</p>")
+    if data.calibration is not None:
+        parts.append(f"<p>Calibration: {html.escape(data.calibration.describe())}.</p>")
     parts.append("<h2>Summary</h2>")
-    parts.append(_table(summary, ["corpus", "label", "episodes", "alarm_rate", "median_delay", "verifier_flagged"]))
+    parts.append("<p>alarm_rate_ci: 95% Clopper-Pearson interval of the alarm rate (for healthy episodes, of the "
+                 "false-alarm rate).</p>")
+    shown = [{**row, "alarm_rate_ci": _interval(row["alarm_rate_ci"])} for row in summary]
+    parts.append(_table(shown, ["corpus", "label", "episodes", "alarm_rate", "alarm_rate_ci", "median_delay",
+                                "verifier_flagged"]))
     for title, section in extra_sections:
         parts.append(f"<h2>{html.escape(title)}</h2>{section}")
     if detection:
@@ -268,8 +285,9 @@ def write_report(data: ReportData, out_dir: str | Path, *, extra_images: Sequenc
     parts.append("</body></html>")
     page = out / "index.html"
     atomic_write_text(page, "\n".join(parts))
-    atomic_write_text(out / "summary.json", json.dumps({"threshold": data.threshold, "summary": summary},
-                                                       indent=1))
+    calibration = None if data.calibration is None else data.calibration.to_json()
+    atomic_write_text(out / "summary.json", json.dumps({"threshold": data.threshold, "calibration": calibration,
+                                                        "summary": summary}, indent=1))
     return page
 
 
@@ -300,7 +318,9 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"guardrail report: {exc}\n")
         return 2
     if args.json:
-        emit_json({"html": str(page), "threshold": data.threshold, "summary": data.summary()})
+        calibration = None if data.calibration is None else data.calibration.to_json()
+        emit_json({"html": str(page), "threshold": data.threshold, "calibration": calibration,
+                   "summary": data.summary()})
     else:
         sys.stdout.write(f"wrote {page} ({len(data.rows)} episodes)\n")
     return 0

@@ -39,7 +39,9 @@ __all__ = [
     "EpisodeEntry",
     "Manifest",
     "RejectedEntry",
+    "SENTINEL_SCHEMA",
     "iter_corpus",
+    "manifest_entries",
     "format_tool_text",
     "parse_tool_text",
     "read_corpus",
@@ -105,15 +107,21 @@ class Manifest(BaseModel):
 
 @dataclass(frozen=True)
 class CorpusIssue:
-    """One problem found while reading: which file, which line (1-based, when a line), what."""
+    """One problem found while reading: which file, which line (1-based, when a line), what.
+
+    A ``warning`` (e.g. a newer sentinel schema than this importer knows) loses nothing and does not
+    fail a ``strict`` read; an ``error`` means something was left out.
+    """
 
     file: str
     line: int | None
     message: str
+    severity: Literal["error", "warning"] = "error"
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.message}"
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{where}: {prefix}{self.message}"
 
 
 @dataclass
@@ -210,9 +218,10 @@ def read_corpus(path: str | os.PathLike[str], *, strict: bool = False, verify: b
         )
     corpus.episodes = list(iter_corpus(root, issues=corpus.issues, verify=verify, _manifest=raw,
                                        rejected=corpus.rejected))
-    if strict and corpus.issues:
-        listed = "\n".join(str(i) for i in corpus.issues[:20])
-        raise CorpusError(f"{root}: {len(corpus.issues)} problem(s):\n{listed}")
+    errors = [i for i in corpus.issues if i.severity == "error"]
+    if strict and errors:
+        listed = "\n".join(str(i) for i in errors[:20])
+        raise CorpusError(f"{root}: {len(errors)} problem(s):\n{listed}")
     return corpus
 
 
@@ -233,13 +242,17 @@ def iter_corpus(
     raw = _manifest if _manifest is not None else _load_manifest(root)
     sink = issues if issues is not None else []
     if isinstance(raw, list):
+        newer_schema_reported = False
         for position, entry in enumerate(raw):
             if only is not None and not (isinstance(entry, dict) and isinstance(entry.get("episode_id"), str)
                                          and entry["episode_id"] in only):
                 continue
             episode = _read_sentinel_episode(root, entry, position, sink, verify)
-            if episode is not None:
-                yield episode
+            if episode is None:
+                continue
+            if not newer_schema_reported:
+                newer_schema_reported = _report_newer_schema(episode, entry, sink)
+            yield episode
         return
     try:
         manifest = Manifest.model_validate(raw)
@@ -253,6 +266,14 @@ def iter_corpus(
         episode = _read_own_episode(root, entry, sink, verify)
         if episode is not None:
             yield episode
+
+
+def manifest_entries(path: str | os.PathLike[str]) -> int:
+    """How many episodes a corpus's manifest lists (either format), whether or not they can be read."""
+    raw = _load_manifest(Path(path))
+    if isinstance(raw, dict):
+        raw = raw.get("episodes")
+    return len(raw) if isinstance(raw, list) else 0
 
 
 def read_episodes(path: str | os.PathLike[str], ids: Iterable[str], *,
@@ -319,12 +340,21 @@ def _read_own_episode(root: Path, entry: EpisodeEntry, sink: list[CorpusIssue], 
         framework=entry.framework,
         model=entry.model,
         tools=entry.tools,
-        meta={**entry.meta, "seed": entry.seed, "provenance": entry.provenance},
+        # entry.meta holds a seed/provenance only when the writer could not type it (kept as imported).
+        meta={"seed": entry.seed, "provenance": entry.provenance, **entry.meta},
     )
 
 
 # --------------------------------------------------------------------------- sentinel import
 _SENTINEL_STANDARD = {"episode_id", "file", "failure_class", "tau", "T", "model", "framework"}
+SENTINEL_SCHEMA = 5  # the newest sentinel step schema this importer was written against
+_SENTINEL_STEP_FIELDS = frozenset({"text", "token_logprobs", "logprobs_available", "action", "latency_s",
+                                   "output_tokens", "error", "task", "tool_events", "schema"})
+_TOOL_EVENT_FIELDS = frozenset(ToolEvent.model_fields) - {"extra"}
+# The fields some layer reads (monitor telemetry, verifiers, repair): held to their types.
+_STEP_USED = frozenset({"index", "kind", "text", "tool_events", "token_logprobs", "latency_s", "output_tokens",
+                        "error", "task", "meta"})
+_TOOL_EVENT_USED = frozenset({"name", "args", "result", "is_error"})
 _TOOL_OPEN = re.compile(r"\[([A-Za-z_][A-Za-z0-9_]*)\(")
 _DECODER = json.JSONDecoder()
 
@@ -366,35 +396,99 @@ def parse_tool_text(text: str) -> list[ToolEvent]:
     return events
 
 
+def _typed(model: type[BaseModel], known: dict[str, Any], extra: dict[str, Any], used: frozenset[str]) -> Any:
+    """Validate `known` fields into `model`; a field we do not use that fails its type moves to `extra` verbatim.
+
+    Only the fields a layer reads are held to their types: a later schema that changes an unused
+    field's type must not cost the step (an invalid used field still raises, one message per step).
+    """
+    try:
+        return model.model_validate({**known, "extra": extra})
+    except ValidationError as exc:
+        unused = {str(err["loc"][0]) for err in exc.errors() if err["loc"] and str(err["loc"][0]) not in used}
+        if not unused or not unused <= set(known):
+            raise
+        kept = {k: v for k, v in known.items() if k not in unused}
+        return model.model_validate({**kept, "extra": {**extra, **{k: known[k] for k in unused}}})
+
+
+def _tool_event_from_sentinel(raw: Any) -> ToolEvent:
+    if not isinstance(raw, dict):
+        raise ValueError(f"a tool event is a JSON object, got {type(raw).__name__}")
+    known = {k: v for k, v in raw.items() if k in _TOOL_EVENT_FIELDS}
+    extra = {k: v for k, v in raw.items() if k not in _TOOL_EVENT_FIELDS}
+    event: ToolEvent = _typed(ToolEvent, known, extra, _TOOL_EVENT_USED)
+    return event
+
+
 def step_from_sentinel(obj: dict[str, Any], index: int) -> Step:
-    """One sentinel step line as a `Step` (tool events parsed from the text when the line has none)."""
+    """One sentinel step line as a `Step` (tool events parsed from the text when the line has none).
+
+    Forward compatible: fields this importer does not know (a later sentinel schema) are kept in
+    ``Step.extra`` / ``ToolEvent.extra`` and never reject the step; only the fields a layer uses
+    (text, action, tool events, logprobs, latency, tokens, error, task) are checked strictly.
+    """
+    if not isinstance(obj, dict):
+        raise ValueError(f"a step line is a JSON object, got {type(obj).__name__}")
     action = obj.get("action")
     kind = StepKind.TOOL_CALL if action == "tool_call" else StepKind.FINAL if action in ("synthesis", "final") \
         else StepKind.TEXT
     text = obj.get("text") or ""
     meta: dict[str, Any] = {}
+    extra = {k: v for k, v in obj.items() if k not in _SENTINEL_STEP_FIELDS}
     raw_events = obj.get("tool_events")
     if raw_events is None and kind is StepKind.TOOL_CALL:
-        events = parse_tool_text(text)
+        events = parse_tool_text(text) if isinstance(text, str) else []
         meta["tool_events_from_text"] = True
+    elif isinstance(raw_events, list):
+        events = []
+        for position, raw_event in enumerate(raw_events):
+            try:
+                events.append(_tool_event_from_sentinel(raw_event))
+            except ValidationError as exc:
+                raise ValueError(f"tool_events.{position}.{_short(exc)}") from exc
+    elif raw_events is None:
+        events = []
     else:
-        events = [ToolEvent.model_validate(e) for e in (raw_events or [])]
+        raise ValueError(f"tool_events is a list, got {type(raw_events).__name__}")
     if "schema" in obj:
         meta["schema"] = obj["schema"]
-    logprobs = [float(x) for x in (obj.get("token_logprobs") or [])]
-    return Step(
-        index=index,
-        kind=kind,
-        text=text,
-        tool_events=events,
-        token_logprobs=logprobs,
-        logprobs_available=obj.get("logprobs_available", bool(logprobs)),
-        latency_s=obj.get("latency_s"),
-        output_tokens=obj.get("output_tokens"),
-        error=bool(obj.get("error", False)),
-        task=obj.get("task"),
-        meta=meta,
-    )
+    raw_logprobs = obj.get("token_logprobs") or []
+    if not isinstance(raw_logprobs, list):
+        raise ValueError(f"token_logprobs is a list of numbers, got {type(raw_logprobs).__name__}")
+    logprobs = [float(x) for x in raw_logprobs]
+    error = obj.get("error", False)
+    if not isinstance(error, bool | int | None):
+        extra["error"] = error  # a later schema's error detail: kept; a non-empty one still marks the step
+    known = {
+        "index": index,
+        "kind": kind,
+        "text": text,
+        "tool_events": events,
+        "token_logprobs": logprobs,
+        "logprobs_available": obj.get("logprobs_available", bool(logprobs)),
+        "latency_s": obj.get("latency_s"),
+        "output_tokens": obj.get("output_tokens"),
+        "error": bool(error),
+        "task": obj.get("task"),
+        "meta": meta,
+    }
+    step: Step = _typed(Step, known, extra, _STEP_USED)
+    return step
+
+
+class _SentinelEntry(BaseModel):
+    """The manifest fields the importer uses, checked strictly; every other key is kept in Episode.meta."""
+
+    model_config = ConfigDict(extra="allow")
+
+    episode_id: str = Field(min_length=1)
+    file: str = Field(min_length=1)
+    failure_class: str | None = None
+    tau: int | None = Field(default=None, ge=0)
+    T: int | None = Field(default=None, ge=0)
+    model: str | None = None
+    framework: str | None = None
 
 
 # The sentinel manifest fields the importer uses, with the types it needs (the rest are kept as they are).
@@ -409,11 +503,12 @@ def _sentinel_entry_problem(entry: Any, position: int) -> str | None:
     """Why a sentinel manifest entry cannot be imported (one line), or None."""
     if not isinstance(entry, dict) or "episode_id" not in entry or "file" not in entry:
         return f"entry {position} has no episode_id/file"
+    where = f"entry {position} ({str(entry['episode_id'])[:80]!r})"  # the id, so the user can find the entry
     for key, types in _SENTINEL_TYPES.items():
         value = entry.get(key)
         if not isinstance(value, types) or isinstance(value, bool):
             wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            return f"entry {position}: {key} must be {wanted}, got {type(value).__name__}"
+            return f"{where}: {key} must be {wanted}, got {type(value).__name__}"
     if not entry["episode_id"]:
         return f"entry {position}: episode_id is empty"
     return None
@@ -425,7 +520,14 @@ def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[Cor
     if problem is not None:
         sink.append(CorpusIssue(MANIFEST, None, problem))
         return None
-    lines = _read_lines(root, entry["file"], sink, entry.get("trace_sha256"), verify)
+    try:
+        fields = _SentinelEntry.model_validate(entry)
+    except ValidationError as exc:
+        sink.append(CorpusIssue(MANIFEST, None, f"entry {position} ({str(entry.get('episode_id'))[:80]!r}): "
+                                                f"{_short(exc)}"))
+        return None
+    sha = entry.get("trace_sha256")
+    lines = _read_lines(root, fields.file, sink, sha if isinstance(sha, str) else None, verify)
     if lines is None:
         return None
     steps: list[Step] = []
@@ -433,22 +535,41 @@ def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[Cor
         try:
             steps.append(step_from_sentinel(obj, len(steps)))
         except (ValidationError, TypeError, ValueError, AttributeError) as exc:
-            sink.append(CorpusIssue(entry["file"], lineno, f"not a valid sentinel step: {exc}"))
-    if entry.get("T") is not None and len(steps) != entry["T"]:
-        sink.append(CorpusIssue(entry["file"], None, f"manifest says T={entry['T']}, read {len(steps)} step(s)"))
-    provenance = entry.get("provenance") or {}
+            detail = _short(exc) if isinstance(exc, ValidationError) else str(exc)
+            sink.append(CorpusIssue(fields.file, lineno, f"not a valid sentinel step: {detail}"))
+    if fields.T is not None and len(steps) != fields.T:
+        sink.append(CorpusIssue(fields.file, None, f"manifest says T={fields.T}, read {len(steps)} step(s)"))
+    provenance = entry.get("provenance")
+    provenance = provenance if isinstance(provenance, dict) else {}
+    tools = provenance.get("tools")
+    backend = provenance.get("backend")
     task = next((s.task for s in steps if s.task), None)
     return Episode(
-        episode_id=entry["episode_id"],
+        episode_id=fields.episode_id,
         steps=steps,
         task=task,
-        label=entry.get("failure_class") or HEALTHY,
-        tau=entry.get("tau"),
-        framework=entry.get("framework") or provenance.get("backend"),
-        model=entry.get("model"),
-        tools=list(provenance.get("tools") or []),
+        label=fields.failure_class or HEALTHY,
+        tau=fields.tau,
+        framework=fields.framework or (backend if isinstance(backend, str) else None),
+        model=fields.model,
+        tools=[str(t) for t in tools] if isinstance(tools, list) else [],
         meta={k: v for k, v in entry.items() if k not in _SENTINEL_STANDARD},
     )
+
+
+def _report_newer_schema(episode: Episode, entry: dict[str, Any], sink: list[CorpusIssue]) -> bool:
+    """One warning per corpus when its steps carry a schema newer than this importer knows (read anyway)."""
+    for step in episode.steps:
+        schema = step.meta.get("schema")
+        known = isinstance(schema, int) and not isinstance(schema, bool) and schema <= SENTINEL_SCHEMA
+        if schema is not None and not known:
+            sink.append(CorpusIssue(
+                str(entry.get("file")), None, severity="warning",
+                message=f"sentinel step schema {schema!r} is newer than {SENTINEL_SCHEMA}, the newest this "
+                        "importer knows; read anyway: the fields it uses are checked, unknown fields are kept "
+                        "in Step.extra / ToolEvent.extra (reported once per corpus)"))
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- writing
@@ -495,7 +616,12 @@ def write_corpus(
         atomic_write_text(root / file, text)
         meta = dict(episode.meta)
         seed = meta.pop("seed", None)
-        episode_provenance = {**(provenance or {}), **(meta.pop("provenance", None) or {})}
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            meta["seed"], seed = seed, None  # an imported corpus's own idea of a seed: kept as it was
+        own_provenance = meta.pop("provenance", None)
+        if own_provenance is not None and not isinstance(own_provenance, dict):
+            meta["provenance"], own_provenance = own_provenance, None
+        episode_provenance = {**(provenance or {}), **(own_provenance or {})}
         entries.append(
             EpisodeEntry(
                 episode_id=episode.episode_id,

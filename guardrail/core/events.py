@@ -130,6 +130,9 @@ class ToolEvent(_Model):
     result_truncated: bool = False
     is_error: bool = False
     latency_s: float | None = None
+    # Fields an external trace format carried that this version does not use, kept verbatim so a
+    # corpus written back out loses nothing. No layer reads them; unknown keyword arguments are still refused.
+    extra: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def from_pair(cls, action: Action, result: Result | None) -> ToolEvent:
@@ -165,6 +168,7 @@ class Step(_Model):
     error: bool = False
     task: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)  # an external format's unused fields, verbatim (see ToolEvent)
 
     @property
     def is_final(self) -> bool:

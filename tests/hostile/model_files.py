@@ -96,6 +96,11 @@ def _npy_claiming(shape: tuple[int, ...], payload: bytes, dtype: str = "<f8") ->
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + payload
 
 
+def _member(members: dict[str, bytes], suffix: str) -> str:
+    """The first detector array named ``...<suffix>`` (a Mahalanobis detector's, whatever its position)."""
+    return next(key for key in sorted(members) if key.startswith("hybrid.") and key.endswith(suffix))
+
+
 # Each maker takes the good members and a work directory and returns the hostile file.
 def _huge_dimension(members: dict[str, bytes], out: Path) -> Path:
     header = _header(members)
@@ -105,17 +110,19 @@ def _huge_dimension(members: dict[str, bytes], out: Path) -> Path:
 
 def _member_claims_huge_shape(members: dict[str, bytes], out: Path) -> Path:
     hostile = dict(members)
-    hostile["hybrid.d0.location"] = _npy_claiming((10 ** 9,), b"\0" * 64)
+    location = _member(members, ".location")
+    hostile[location] = _npy_claiming((10 ** 9,), b"\0" * 64)
     header = _header(members)
-    header["arrays"]["hybrid.d0.location"]["shape"] = [10 ** 9]
+    header["arrays"][location]["shape"] = [10 ** 9]
     return write_members(out, _with_header(hostile, header))
 
 
 def _zip_bomb(members: dict[str, bytes], out: Path) -> Path:
     side = ZIP_BOMB_SIDE
     header = _header(members)
-    header["arrays"]["hybrid.d0.precision"]["shape"] = [side, side]
-    return write_members(out, _with_header(members, header), zeros={"hybrid.d0.precision": (side, side)})
+    precision = _member(members, ".precision")
+    header["arrays"][precision]["shape"] = [side, side]
+    return write_members(out, _with_header(members, header), zeros={precision: (side, side)})
 
 
 def _nan_threshold(members: dict[str, bytes], out: Path) -> Path:
@@ -136,7 +143,7 @@ def _object_member(members: dict[str, bytes], out: Path) -> Path:
 def _crc_corrupted(members: dict[str, bytes], out: Path) -> Path:
     write_members(out, members, compress=False)
     data = bytearray(out.read_bytes())
-    marker = data.find(b"hybrid.d0.precision.npy")
+    marker = data.find((_member(members, ".precision") + ".npy").encode())
     start = data.find(b"\x93NUMPY", marker)
     data[start + 200] ^= 0xFF  # flip one byte of the array: the member's CRC no longer matches
     out.write_bytes(bytes(data))
@@ -151,7 +158,7 @@ def _deep_header(members: dict[str, bytes], out: Path) -> Path:
 
 def _shape_lies(members: dict[str, bytes], out: Path) -> Path:
     header = _header(members)
-    header["arrays"]["hybrid.d0.location"]["shape"] = [3, 10 ** 12]
+    header["arrays"][_member(members, ".location")]["shape"] = [3, 10 ** 12]
     return write_members(out, _with_header(members, header))
 
 
