@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from guardrail.gate import Gate, Outcome, fsview
+from guardrail.gate.backend import LocalBackend, Roots
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
 BUDGET_S = 10.0  # generous: these tests pin behaviour on a shared machine; speed lives in the benchmark
@@ -47,14 +48,14 @@ def test_proc_and_dev_are_stated_but_not_read(proj: Path) -> None:
 def test_unreadable_search_dir_makes_a_missing_module_unknown(proj: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocked = str(proj / "vendor")
     os.mkdir(blocked)
-    real_listdir = os.listdir
+    real_list_dir = LocalBackend.list_dir
 
-    def listdir(path: str) -> list[str]:
-        if os.fspath(path) == blocked:
-            raise PermissionError(13, "Permission denied", path)
-        return real_listdir(path)
+    def list_dir(self: LocalBackend, path: str, within: Roots | None, limit: int) -> tuple[int, frozenset[str]] | None:
+        if path == blocked:  # what the backend answers for a directory it may not read
+            return None
+        return real_list_dir(self, path, within, limit)
 
-    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(LocalBackend, "list_dir", list_dir)
     report = Gate(proj, budget_s=BUDGET_S).check(
         {"kind": "shell", "command": "PYTHONPATH=vendor python -c 'import hidden_mod'"})
     assert not report.hallucinated
@@ -102,7 +103,9 @@ def test_exhausted_budget_leaves_predicates_unknown_and_says_so(proj: Path) -> N
 
 def test_huge_and_deeply_nested_inputs_return_quickly(proj: Path) -> None:
     gate = Gate(proj, budget_s=BUDGET_S)
-    assert gate.check({"kind": "shell", "command": "cat a " * 50_000}).results == []
+    huge = gate.check({"kind": "shell", "command": "cat a " * 50_000})  # over the size cap: one explicit unknown
+    assert [(r.predicate.name, r.outcome) for r in huge.results] == [("analysis_complete", Outcome.UNKNOWN)]
+    assert huge.budget_exceeded and not huge.hallucinated
     assert gate.check({"kind": "python", "code": "(" * 100_000}).results == []
     nested = "x = " + "[" * 5000 + "]" * 5000
     assert not gate.check({"kind": "python", "code": nested}).hallucinated

@@ -64,12 +64,12 @@ def extract_aci(command: str, scope: Scope, open_file: str | None, *,
         if len(args) == 2:
             if not re.fullmatch(r"\d+", args[1]):
                 return bad(f"line number {args[1]!r} is not an integer")
-            out.append(Predicate("editor_line_in_range", (path, int(args[1])), True, "aci"))
+            out.append(Predicate("editor_line_in_range", (path, _line_number(args[1])), True, "aci"))
     elif name == "goto":
         if not re.fullmatch(r"\d+", args[0]):
             return bad(f"line number {args[0]!r} is not an integer")
         if need_open():
-            out.append(Predicate("editor_line_in_range", (open_file, int(args[0])), True, "aci"))
+            out.append(Predicate("editor_line_in_range", (open_file, _line_number(args[0])), True, "aci"))
     elif name in ("scroll_up", "scroll_down"):
         need_open()
     elif name == "create":
@@ -80,7 +80,7 @@ def extract_aci(command: str, scope: Scope, open_file: str | None, *,
         match = re.fullmatch(r"(\d+):(\d+)", args[0])
         if match is None:
             return bad(f"{args[0]!r} is not <start_line>:<end_line>")
-        start, end = int(match.group(1)), int(match.group(2))
+        start, end = _line_number(match.group(1)), _line_number(match.group(2))
         if end < start - 1:
             return bad(f"end line {end} is before start line {start}")
         if need_open():
@@ -96,3 +96,9 @@ def extract_aci(command: str, scope: Scope, open_file: str | None, *,
         else:
             need_open()
     return out
+
+
+def _line_number(digits: str) -> int:
+    """A decimal line number; one too long for int() (over 4300 digits) is a number past the end of any file."""
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= 18 else 10**18

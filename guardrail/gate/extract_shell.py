@@ -12,18 +12,20 @@ import functools
 import os
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 
 import bashlex
 
+from guardrail.gate.budget import SHELL_PARSE_COST, BudgetExceeded
 from guardrail.gate.extract_python import extract_python
-from guardrail.gate.fsview import read_text_capped
 from guardrail.gate.predicates import Predicate
 from guardrail.gate.scope import Scope, normalize_dist
 
 __all__ = ["MAX_COMMAND_CHARS", "SimpleCommand", "extract_shell", "split_commands"]
 
-MAX_COMMAND_CHARS = 100_000
+MAX_COMMAND_CHARS = 100_000  # a longer command line is not analysed: one explicit unknown
+MAX_BASHLEX_CHARS = 16_000  # bashlex is pure Python (20-130 us a character): longer complex lines are not parsed
 _MAX_DEPTH = 3  # bash -c "bash -c ..." nesting followed
 
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
@@ -76,10 +78,16 @@ class SimpleCommand:
 def extract_shell(command: str, scope: Scope, *, python_version: tuple[int, ...] | None = None) -> list[Predicate]:
     """Predicates a shell line assumes; `scope` is advanced through it (cwd, created files, installs)."""
     if len(command) > MAX_COMMAND_CHARS:
-        return []
+        return [_not_analysed("the command line", f"{len(command)} characters is over the "
+                                                  f"{MAX_COMMAND_CHARS} analysed", "limit")]
     predicates: list[Predicate] = []
     _Interpreter(scope, predicates, python_version).run(split_commands(command))
     return predicates
+
+
+def _not_analysed(subject: str, why: str, kind: str, origin: str = "action") -> Predicate:
+    """An explicit unknown for a part of the action extraction did not look at (never blocks)."""
+    return Predicate("analysis_complete", (subject, why, kind), False, origin)
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -88,7 +96,13 @@ def split_commands(command: str) -> list[SimpleCommand]:
     text, heredocs = _cut_heredocs(command.replace("\\\n", ""))
     commands: list[SimpleCommand] | None = None
     if _COMPLEX.search(text):
+        if len(text) > MAX_BASHLEX_CHARS:
+            raise BudgetExceeded(f"a {len(text)}-character line with substitutions or control flow (at most "
+                                 f"{MAX_BASHLEX_CHARS} are parsed)", limit=True)
+        SHELL_PARSE_COST.afford(len(text), "parsing the command line")
+        started = time.perf_counter()
         commands = _split_bashlex(text)
+        SHELL_PARSE_COST.observe(len(text), time.perf_counter() - started, min_units=500)
     if commands is None:
         commands = _split_shlex(text)
     for cmd in commands:
@@ -478,7 +492,7 @@ class _Interpreter:
         for source in sources:
             self.path("path_exists", source)
         dest_path = self.scope.resolve(dest)
-        if os.path.isdir(dest_path) or self.scope.created.get(dest_path, "") is None:
+        if self.scope.is_dir(dest_path) or self.scope.created.get(dest_path, "") is None:
             for source in sources:
                 self.scope.create(os.path.join(dest_path, os.path.basename(source)))
         else:
@@ -652,11 +666,14 @@ class _Interpreter:
             text = self.scope.created.get(resolved)
         else:
             self.add("file_exists", resolved)
-            text = read_text_capped(resolved) if os.path.isfile(resolved) else None
+            text = self.scope.read_source(resolved)
         if text is not None:
             # The script's own assumptions are reported but never block: running it may be the diagnosis.
-            self.out.extend(extract_python(text, self.scope, search=search, necessary=False,
-                                           origin=f"script {arg}", target_version=self.python_version))
+            try:
+                self.out.extend(extract_python(text, self.scope, search=search, necessary=False,
+                                               origin=f"script {arg}", target_version=self.python_version))
+            except BudgetExceeded as exc:
+                self.out.append(_not_analysed(f"script {arg}", str(exc), "budget", f"script {arg}"))
         self.scope.opaque = self.scope.opaque or f"an earlier `python {arg}` may create files"
 
     def module_run(self, module: str, rest: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:

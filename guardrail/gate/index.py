@@ -1,26 +1,25 @@
 """A static module and symbol index of the target interpreter's sys.path and the workspace.
 
 Nothing here imports, executes or writes anything of the workspace or of the target's
-packages: the target interpreter is asked once for its paths (``-I -S``, from a directory
-outside the workspace, so no cwd entry, no ``.pth`` code, no sitecustomize runs), ``.pth``
-files are read as text, modules are found by listing directories the way the import
-system's FileFinder does, and symbol tables come from ASTs. Parsed files are cached by
-(path, mtime, size) so repeated actions on one workspace stay sub-millisecond.
+packages: the target's paths come from `guardrail.gate.interpreter` (which never runs what the
+agent can write), modules are found by listing directories the way the import system's
+FileFinder does, through the confined `FsView`, and symbol tables come from ASTs. Parsed files
+are cached by (path, mtime, size) so repeated actions on one workspace stay sub-millisecond; a
+file is parsed only when it is small enough and its estimated cost fits in the decision's budget.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import os
-import subprocess
-import sys
-import tempfile
-import threading
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from guardrail.gate.fsview import list_dir, path_state, read_text_capped
+from guardrail.gate import budget
+from guardrail.gate.fsview import PathState
+from guardrail.gate.interpreter import _TARGETS, TargetPython, TargetPythonError, target_python
+from guardrail.gate.view import FsView, local_view
 
 __all__ = [
     "ClassInfo",
@@ -29,150 +28,13 @@ __all__ = [
     "ModuleSymbols",
     "TargetPython",
     "TargetPythonError",
+    "MAX_PARSE_BYTES",
     "module_symbols",
     "target_python",
 ]
 
-_QUERY = r"""
-import sys, json, os, site, importlib.machinery as m
-# What site.venv() would do (it does not run under -S): a pyvenv.cfg next to the executable makes
-# the venv the prefix, plus the base prefix when it includes system site-packages.
-exe_dir = os.path.dirname(os.path.abspath(sys.executable))
-prefixes = [sys.prefix, sys.exec_prefix]
-for cfg_path in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
-    if os.path.isfile(cfg_path):
-        prefixes = [os.path.dirname(cfg_path)]
-        with open(cfg_path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                k, _, v = line.partition("=")
-                if k.strip() == "include-system-site-packages" and v.strip().lower() == "true":
-                    prefixes += [sys.base_prefix, sys.base_exec_prefix]
-        break
-print(json.dumps({
-    "executable": sys.executable,
-    "path": [p for p in sys.path if p],
-    "site": site.getsitepackages(prefixes),
-    "builtins": list(sys.builtin_module_names),
-    "stdlib": sorted(getattr(sys, "stdlib_module_names", ())),
-    "version": list(sys.version_info[:3]),
-    "ext": list(m.EXTENSION_SUFFIXES),
-}))
-"""
-
-
-class TargetPythonError(RuntimeError):
-    """The target interpreter could not be asked for its paths (missing, not Python, timed out)."""
-
-
-@dataclass(frozen=True)
-class TargetPython:
-    """What the agent's interpreter would search, learned without running any of its packages' code."""
-
-    executable: str
-    sys_path: tuple[str, ...]
-    builtins: frozenset[str]
-    stdlib: frozenset[str]
-    version: tuple[int, int, int]
-    ext_suffixes: tuple[str, ...]
-    editable: dict[str, str] = field(default_factory=dict)  # top-level name -> path, from editable finders
-    import_hooks: tuple[str, ...] = ()  # .pth import lines this index did not run (they may add modules)
-
-
-_TARGETS: dict[tuple[str, int], TargetPython] = {}
-_TARGETS_LOCK = threading.Lock()
-
-
-def target_python(python: str | None = None, *, timeout_s: float = 10.0) -> TargetPython:
-    """The target interpreter's search path (asked once per executable and mtime, then cached)."""
-    exe = python or sys.executable
-    try:
-        mtime = os.stat(exe).st_mtime_ns
-    except OSError as exc:
-        raise TargetPythonError(f"target interpreter {exe!r} not found: {exc.strerror}") from exc
-    key = (exe, mtime)
-    cached = _TARGETS.get(key)
-    if cached is not None:
-        return cached
-    # -I: no cwd/script dir on sys.path, no PYTHON* variables, no user site; -S: no site module, so
-    # no .pth line and no sitecustomize runs. cwd is a fresh temp dir: nothing of a workspace is near.
-    with tempfile.TemporaryDirectory(prefix="guardrail-syspath-") as neutral:
-        try:
-            proc = subprocess.run(
-                [exe, "-I", "-S", "-c", _QUERY], cwd=neutral, capture_output=True, text=True,
-                timeout=timeout_s, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise TargetPythonError(f"cannot run target interpreter {exe!r}: {exc}") from exc
-    if proc.returncode != 0:
-        raise TargetPythonError(f"target interpreter {exe!r} failed: {proc.stderr.strip()[-500:]}")
-    try:
-        facts = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise TargetPythonError(f"target interpreter {exe!r} gave no path list: {exc}") from exc
-    entries = list(facts["path"])
-    editable: dict[str, str] = {}
-    hooks: list[str] = []
-    for site_dir in facts["site"]:
-        if os.path.isdir(site_dir) and site_dir not in entries:
-            entries.append(site_dir)
-            _read_pth_files(site_dir, entries, editable, hooks)
-    target = TargetPython(
-        executable=facts["executable"] or exe,
-        sys_path=tuple(entries),
-        builtins=frozenset(facts["builtins"]),
-        stdlib=frozenset(facts["stdlib"]),
-        version=tuple(facts["version"]),  # type: ignore[arg-type]
-        ext_suffixes=tuple(facts["ext"]),
-        editable=editable,
-        import_hooks=tuple(hooks),
-    )
-    with _TARGETS_LOCK:
-        _TARGETS[key] = target
-    return target
-
-
-def _read_pth_files(site_dir: str, entries: list[str], editable: dict[str, str], hooks: list[str]) -> None:
-    """Apply a site dir's .pth path lines as site.py would, reading import lines instead of running them."""
-    names = sorted(n for n in (list_dir(site_dir) or ()) if n.endswith(".pth"))
-    for name in names:
-        text = read_text_capped(os.path.join(site_dir, name), 1 << 20)
-        if text is None:
-            continue
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith(("import ", "import\t")):
-                hooks.append(f"{name}: {line[:200]}")
-                for word in line.replace(";", " ").split():
-                    if word.startswith("__editable__") and word.endswith("_finder"):
-                        editable.update(_editable_mapping(os.path.join(site_dir, word + ".py")))
-                continue
-            path = os.path.join(site_dir, line)
-            if os.path.isdir(path) and path not in entries:
-                entries.append(path)
-
-
-def _editable_mapping(finder_path: str) -> dict[str, str]:
-    """The MAPPING literal of a setuptools editable finder (name -> source path), read from its AST."""
-    text = read_text_capped(finder_path, 1 << 20)
-    if text is None:
-        return {}
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets) and node.value is not None:  # type: ignore[attr-defined]
-            try:
-                value = ast.literal_eval(node.value)  # type: ignore[attr-defined]
-            except (ValueError, SyntaxError, TypeError):
-                return {}
-            if isinstance(value, dict):
-                return {str(k): str(v) for k, v in value.items()}
-    return {}
+MAX_PARSE_BYTES = 512 * 1024  # a larger module is not parsed (its AST could take hundreds of MB): unknown
+_ = _TARGETS  # re-exported: the gate benchmark empties it for its fully cold figure
 
 
 # --------------------------------------------------------------------------- symbol tables
@@ -198,34 +60,54 @@ class ModuleSymbols:
     error: str | None = None  # unreadable, too big or not valid Python: everything about it is unknown
 
 
-_SYMBOLS: dict[str, tuple[int, int, ModuleSymbols]] = {}
-_SYMBOLS_LOCK = threading.Lock()
+_SYMBOLS: dict[tuple[str, str], tuple[int, int, ModuleSymbols]] = {}
 _DYNAMIC_CALLS = {"globals", "exec", "vars", "locals"}
 _READ_ONLY_METHODS = {"get", "keys", "items", "values", "copy", "__contains__", "__getitem__"}
 
 
-def module_symbols(path: str) -> ModuleSymbols:
-    """The symbol table of a Python source file, cached by (path, mtime, size)."""
-    state = path_state(path)
-    if state.kind != "file":
-        return ModuleSymbols(error=f"{path} is not a readable file ({state.kind})")
-    cached = _SYMBOLS.get(path)
-    if cached is not None and cached[0] == state.mtime_ns and cached[1] == state.size:
-        return cached[2]
-    text = read_text_capped(path)
-    symbols = ModuleSymbols(error=f"{path} is too large or unreadable") if text is None else symbols_of_source(text)
-    with _SYMBOLS_LOCK:
-        if len(_SYMBOLS) > 20_000:
-            _SYMBOLS.clear()
-        _SYMBOLS[path] = (state.mtime_ns, state.size, symbols)
-    return symbols
+def module_symbols(path: str, fs: FsView | None = None) -> ModuleSymbols:
+    """The symbol table of a Python source file, cached by (path, mtime, size).
+
+    Raises `budget.BudgetExceeded` (nothing cached) when parsing it would not fit in the decision's budget.
+    """
+    view = fs or local_view()
+
+    def compute(state: PathState) -> ModuleSymbols:
+        if state.kind != "file":
+            return ModuleSymbols(error=f"{path} is not a readable file ({state.kind})")
+        if state.size > MAX_PARSE_BYTES:
+            return ModuleSymbols(error=f"{path} is too large to analyse ({state.size} bytes)")
+        text = view.read_text(path, MAX_PARSE_BYTES)
+        if text is None:
+            return ModuleSymbols(error=f"{path} is too large or unreadable")
+        units = budget.python_parse_units(text)
+        budget.PARSE_COST.afford(units, f"parsing {os.path.basename(path)}")
+        started = time.perf_counter()
+        symbols = symbols_of_source(text)
+        budget.PARSE_COST.observe(units, time.perf_counter() - started)
+        return symbols
+
+    return view.cached_by_file(_SYMBOLS, path, compute)
 
 
 def symbols_of_source(text: str) -> ModuleSymbols:
+    """The names a module binds, read from its AST; a pathological module is unknown, never an exception."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return ModuleSymbols(error=f"not parseable: {type(exc).__name__}")
+    try:
+        return _symbols_of_tree(tree, text)
+    except (RecursionError, MemoryError) as exc:  # e.g. subscripts nested hundreds deep
+        return ModuleSymbols(error=f"too deeply nested to analyse ({type(exc).__name__})")
+
+
+# Words a module's text must contain for the whole-tree walk below to find anything (a walk of a big
+# generated module costs about a microsecond a node; most modules contain none of them).
+_WALK_WORDS = ("global", "meta_path", "path_hooks", "globals", "__path__", "__all__", "modules")
+
+
+def _symbols_of_tree(tree: ast.Module, text: str) -> ModuleSymbols:
     names: set[str] = set()
     stars: list[tuple[str, int]] = []
     functions: set[str] = set()
@@ -235,10 +117,10 @@ def symbols_of_source(text: str) -> ModuleSymbols:
     for statement in tree.body:  # an unconditional top-level `del x` unbinds x
         if isinstance(statement, ast.Delete):
             names.difference_update(t.id for t in statement.targets if isinstance(t, ast.Name))
-    dynamic = _module_level_dynamic(tree.body)
+    dynamic = _module_level_dynamic(tree.body) if any(word in text for word in _DYNAMIC_CALLS) else None
     path_assigned = False
     import_hooks = False
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if any(word in text for word in _WALK_WORDS) else ():
         if isinstance(node, ast.Global):
             names.update(node.names)  # a function that declares a global may bind it when called
         elif isinstance(node, ast.Attribute) and node.attr in ("meta_path", "path_hooks"):
@@ -376,8 +258,9 @@ _MISSING_ROOT = "missing"
 class ModuleIndex:
     """Resolves dotted module names and their symbols against one target interpreter, statically."""
 
-    def __init__(self, target: TargetPython) -> None:
+    def __init__(self, target: TargetPython, fs: FsView | None = None) -> None:
         self.target = target
+        self.fs = fs or local_view()  # the gate passes its confined view; tests and tools the local one
 
     def search_path(self, search: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(search) + self.target.sys_path
@@ -393,7 +276,7 @@ class ModuleIndex:
             parent = ".".join(parts[:depth])
             if info.kind in ("builtin", "extension"):
                 return ModuleInfo("unknown", info.kind, why=f"{parent} is compiled: its submodules are not listable")
-            if info.kind in ("source", "package") and module_symbols(info.path).import_hooks:
+            if info.kind in ("source", "package") and module_symbols(info.path, self.fs).import_hooks:
                 sub = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent) \
                     if info.kind == "package" else ModuleInfo("missing")
                 if sub.status != "found":
@@ -413,9 +296,9 @@ class ModuleIndex:
             if name in self.target.editable:
                 where = self.target.editable[name]
                 init = os.path.join(where, "__init__.py")
-                if path_state(init).kind == "file":
+                if self.fs.stat(init).kind == "file":
                     return ModuleInfo("found", "package", init, (where,))
-                if path_state(where).kind == "file":
+                if self.fs.stat(where).kind == "file":
                     return ModuleInfo("found", "source", where)
                 return ModuleInfo("unknown", "editable", where, why="editable install mapping")
             if name in self.target.stdlib:
@@ -427,14 +310,15 @@ class ModuleIndex:
         portions: list[str] = []
         unsearchable: list[str] = []
         for directory in dirs:
-            entries = list_dir(directory)
+            entries = self.fs.list_dir(directory)
             if entries is None:
-                if path_state(directory).kind not in ("missing", "loop"):
-                    unsearchable.append(directory)  # a zip or an unreadable dir: the module may hide there
+                if self.fs.stat(directory).kind not in ("missing", "loop"):
+                    # a zip, an unreadable or huge dir, or one outside the roots: the module may hide there
+                    unsearchable.append(directory)
                 continue
             if name in entries:
                 sub = os.path.join(directory, name)
-                sub_entries = list_dir(sub)
+                sub_entries = self.fs.list_dir(sub)
                 if sub_entries is not None:
                     if "__init__.py" in sub_entries:
                         return ModuleInfo("found", "package", os.path.join(sub, "__init__.py"), (sub,))
@@ -454,7 +338,7 @@ class ModuleIndex:
         if unsearchable:
             return ModuleInfo("unknown", why=f"cannot list {unsearchable[0]}")
         if parent_info is not None and parent_info.kind == "package":
-            if module_symbols(parent_info.path).path_assigned:
+            if module_symbols(parent_info.path, self.fs).path_assigned:
                 return ModuleInfo("unknown", why=f"{parent} rewrites __path__")
         return ModuleInfo("missing", why=f"no module named {full!r}")
 
@@ -462,12 +346,12 @@ class ModuleIndex:
     def submodules(self, info: ModuleInfo) -> set[str]:
         found: set[str] = set()
         for portion in info.portions:
-            for entry in list_dir(portion) or ():
+            for entry in self.fs.list_dir(portion) or ():
                 stem, dot, ext = entry.partition(".")
                 if not stem.isidentifier() or stem == "__init__":
                     continue
                 if (dot and (ext == "py" or entry.endswith(self.target.ext_suffixes))) or (
-                    not dot and list_dir(os.path.join(portion, entry)) is not None
+                    not dot and self.fs.list_dir(os.path.join(portion, entry)) is not None
                 ):
                     found.add(stem)
         return found
@@ -476,7 +360,7 @@ class ModuleIndex:
         """Every importable top-level name (for repair hints)."""
         found = set(self.target.builtins) | set(self.target.editable)
         for directory in self.search_path(search):
-            for entry in list_dir(directory) or ():
+            for entry in self.fs.list_dir(directory) or ():
                 stem = entry.partition(".")[0]
                 if stem.isidentifier():
                     found.add(stem)
@@ -493,7 +377,7 @@ class ModuleIndex:
         names: set[str] = set()
         if info.kind == "namespace":
             return self.submodules(info), f"{dotted} is a namespace package: other portions may add names"
-        symbols = module_symbols(info.path)
+        symbols = module_symbols(info.path, self.fs)
         if symbols.error:
             return set(), symbols.error
         names |= symbols.names
@@ -504,6 +388,7 @@ class ModuleIndex:
             return names, unknown or "star imports nest too deep"
         package = dotted if info.kind == "package" else dotted.rpartition(".")[0]
         for module, level in symbols.star_imports:
+            budget.check(f"following the star imports of {dotted}")
             source = _absolute(module, level, package)
             if source is None or source in _seen:
                 continue
