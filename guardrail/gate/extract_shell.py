@@ -29,7 +29,8 @@ MAX_BASHLEX_CHARS = 16_000  # bashlex is pure Python (20-130 us a character): lo
 _MAX_DEPTH = 3  # bash -c "bash -c ..." nesting followed
 
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
-_COMPLEX = re.compile(r"\$\(|`|(^|[\s;&|])(if|for|while|until|case|function)\s|(^|[;&|]\s*)[({]")
+_COMPLEX = re.compile(r"\$\(|`|(^|[\s;&|])(if|for|while|until|case|function)\s|(^|[;&|]\s*)[({]"
+                      r"|(^|[\s;&|])[A-Za-z_][\w.:-]*\s*\(\s*\)")  # ... or a function definition: name() {
 _OPERATORS = {"&&", "||", ";", "|", "&", "\n", ";;", "|&"}
 _REDIRECTS = {">", ">>", "<", "&>", ">&", "&>>", ">|", "<>", "<<<"}
 _SHELL_BUILTINS = {
@@ -73,6 +74,7 @@ class SimpleCommand:
     heredoc: str | None = None
     dynamic: set[int] = field(default_factory=set)  # indexes of words with $vars, globs or substitutions
     subshell: bool = False
+    defines: str | None = None  # a shell function definition (name() {...} / function name {...}): its name
 
 
 def extract_shell(command: str, scope: Scope, *, python_version: tuple[int, ...] | None = None) -> list[Predicate]:
@@ -191,6 +193,90 @@ def _tokens(text: str) -> list[tuple[str, str]] | None:
     return out
 
 
+def _shape(tokens: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Compound commands the fast path understands: case patterns are dropped and their branch bodies'
+    words marked dynamic (kind ``dword``), a function definition becomes one ``def`` token (its body may
+    never run; calling it is what counts)."""
+    out: list[tuple[str, str]] = []
+    cases: list[str] = []  # one state per open `case`: head (until `in`), pattern (until `)`), body
+    at_start = True
+    i = 0
+    while i < len(tokens):
+        kind, token = tokens[i]
+        state = cases[-1] if cases else ""
+        if state == "head":
+            if kind == "word" and token == "in":
+                cases[-1] = "pattern"
+            i += 1
+            continue
+        if state == "pattern":
+            if kind == "word" and token == "esac":
+                cases.pop()
+            elif kind == "op" and token == ")":
+                cases[-1] = "body"
+                at_start = True
+            i += 1
+            continue
+        if kind == "word" and at_start:
+            if token == "case":
+                cases.append("head")
+                i += 1
+                continue
+            if token == "esac" and state == "body":
+                cases.pop()
+                at_start = False
+                i += 1
+                continue
+            name, body = _function_head(tokens, i)
+            if name is not None:
+                out += [("def", name), ("op", ";")]
+                i = _skip_body(tokens, body)
+                continue
+        if kind == "op" and token == ";;" and state == "body":
+            out.append(("op", ";"))
+            cases[-1] = "pattern"
+            i += 1
+            continue
+        out.append(("dword" if state == "body" and kind == "word" else kind, token))
+        at_start = kind == "op" and token not in _REDIRECTS and token not in ("<<", ")")
+        i += 1
+    return out
+
+
+def _function_head(tokens: list[tuple[str, str]], i: int) -> tuple[str | None, int]:
+    """(the function's name, where its body starts) when tokens[i] starts `name ()` or `function name [()]`."""
+    kind, token = tokens[i]
+    if token == "function" and i + 1 < len(tokens) and tokens[i + 1][0] == "word":
+        j = i + 2
+        if tokens[j:j + 2] == [("op", "("), ("op", ")")]:
+            j += 2
+        return tokens[i + 1][1], j
+    if tokens[i + 1:i + 3] == [("op", "("), ("op", ")")] and re.fullmatch(r"[A-Za-z_][\w.:-]*", token):
+        return token, i + 3
+    return None, i
+
+
+def _skip_body(tokens: list[tuple[str, str]], j: int) -> int:
+    """The index after a function body: a { ... } group or a ( ... ) subshell (nesting counted)."""
+    while j < len(tokens) and tokens[j] == ("op", "\n"):
+        j += 1
+    if j >= len(tokens):
+        return j
+    opener = tokens[j]
+    if opener not in (("word", "{"), ("op", "(")):
+        return j
+    closer = ("word", "}") if opener[0] == "word" else ("op", ")")
+    depth = 0
+    for k in range(j, len(tokens)):
+        if tokens[k] == opener:
+            depth += 1
+        elif tokens[k] == closer:
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return len(tokens)
+
+
 def _split_shlex(text: str) -> list[SimpleCommand]:
     tokens = _tokens(text)
     if tokens is None:  # unbalanced quotes: shlex's best effort, then a plain split
@@ -203,6 +289,7 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
         except ValueError:
             words = text.replace("\n", " ; ").split()
         tokens = [("op" if w in _OPERATORS or w in _REDIRECTS or w in ("(", ")", "<<") else "word", w) for w in words]
+    tokens = _shape(tokens)
     commands: list[SimpleCommand] = []
     current = SimpleCommand([])
     i = 0
@@ -210,6 +297,11 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
         kind, token = tokens[i]
         if kind == "fd":
             pass  # "2>" : the fd number belongs to the redirection that follows
+        elif kind == "def":
+            if current.words or current.redirects:
+                commands.append(current)
+            commands.append(SimpleCommand([], defines=token))
+            current = SimpleCommand([])
         elif kind == "op" and (token in _OPERATORS or set(token) <= set(";&|\n")) and token not in _REDIRECTS:
             current.next_op = token.strip() or ";"
             if current.words or current.redirects:
@@ -224,7 +316,7 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
             current.redirects.append((token, target))
             i += 1 if target else 0
         else:
-            if _is_dynamic(token):
+            if kind == "dword" or _is_dynamic(token):
                 current.dynamic.add(len(current.words))
             current.words.append(token)
         i += 1
@@ -286,7 +378,14 @@ def _walk_bashlex(node: object, out: list[SimpleCommand], *, subshell: bool) -> 
     if kind == "pipe" and out:
         out[-1].next_op = "|"
         return
-    if kind in ("for", "while", "until", "if", "case", "function"):
+    if kind == "function":
+        # Defining a function runs nothing: its name becomes a command (what calling it does is unknown).
+        name = next((getattr(p, "word", "") for p in getattr(node, "parts", []) if getattr(p, "kind", "") == "word"),
+                    "")
+        if name:
+            out.append(SimpleCommand([], defines=name))
+        return
+    if kind in ("for", "while", "until", "if", "case"):
         # Loop and branch bodies may not run or run with unknown values: their words count as dynamic.
         start = len(out)
         for part in getattr(node, "parts", []) or []:
@@ -323,6 +422,9 @@ class _Interpreter:
     def run(self, commands: list[SimpleCommand]) -> None:
         saved_cwd: str | None = None
         for index, cmd in enumerate(commands):
+            if cmd.defines is not None:
+                self.scope.functions.add(cmd.defines)
+                continue
             if cmd.subshell and saved_cwd is None:
                 saved_cwd = self.scope.cwd
             elif not cmd.subshell and saved_cwd is not None:
@@ -402,7 +504,10 @@ class _Interpreter:
         if name == "popd":
             self.scope.cwd_unknown = "popd changes to a directory stack entry"
             return
-        if name in self.scope.functions or (name in _SHELL_BUILTINS and "/" not in program):
+        if name in self.scope.functions and "/" not in program:
+            self.scope.opaque = self.scope.opaque or f"the shell function `{name}` may create files"
+            return
+        if name in _SHELL_BUILTINS and "/" not in program:
             if name in ("source", ".") and args and 0 not in args_dynamic:
                 self.path("file_exists", args[0])
             if name == "export":

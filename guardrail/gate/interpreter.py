@@ -77,6 +77,7 @@ class TargetPython:
     import_roots: tuple[str, ...] = ()
     base_executable: str = ""  # the interpreter that was actually run
     venv: str | None = None
+    site_dirs: tuple[str, ...] = ()  # the site-packages whose .pth files were read
 
 
 _TARGETS: dict[tuple[str, tuple[str, ...]], tuple[tuple[tuple[str, int], ...], TargetPython]] = {}
@@ -209,7 +210,8 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
     key = (exe, roots.lexical + roots.real)
     fingerprint = _fingerprint(local, exe)
     cached = _TARGETS.get(key)
-    if cached is not None and cached[0] == fingerprint:
+    # Valid while the interpreter, its pyvenv.cfg and its site dirs (a new .pth changes their mtime) are unchanged.
+    if cached is not None and cached[0] == fingerprint + _site_fingerprint(local, cached[1]):
         return cached[1]
     base, venv, cfg = _locate(local, exe, roots)
     facts = _ask(base, venv, cfg, timeout_s)
@@ -220,8 +222,12 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
             raise TargetPythonError(f"{venv}/pyvenv.cfg says Python {wanted} but its home runs {got}")
     target = _assemble(local, exe, base, venv, facts, roots)
     with _TARGETS_LOCK:
-        _TARGETS[key] = (fingerprint, target)
+        _TARGETS[key] = (fingerprint + _site_fingerprint(local, target), target)
     return target
+
+
+def _site_fingerprint(backend: ProbeBackend, target: TargetPython) -> tuple[tuple[str, int], ...]:
+    return tuple((path, _mtime(backend, path)) for path in target.site_dirs)
 
 
 def _ask(base: str, venv: str | None, cfg: dict[str, str], timeout_s: float) -> dict[str, Any]:
@@ -251,11 +257,13 @@ def _assemble(backend: ProbeBackend, exe: str, base: str, venv: str | None, fact
     import_roots = [p for p in entries if not _inside(p, untrusted)]
     editable: dict[str, str] = {}
     hooks: list[str] = []
+    site_dirs: list[str] = []
     for site_dir in [str(s) for s in facts.get("site", [])]:
         if backend.stat_many([site_dir], None)[0].kind != "dir" or site_dir in entries:
             continue
         trusted = not _inside(site_dir, untrusted)
         entries.append(site_dir)
+        site_dirs.append(site_dir)
         if trusted:
             import_roots.append(site_dir)
         found_editable: dict[str, str] = {}
@@ -276,6 +284,7 @@ def _assemble(backend: ProbeBackend, exe: str, base: str, venv: str | None, fact
         import_roots=tuple(dict.fromkeys(import_roots)),
         base_executable=base,
         venv=venv,
+        site_dirs=tuple(site_dirs),
     )
 
 
