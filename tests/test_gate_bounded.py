@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,21 +146,44 @@ def test_hints_are_built_inside_the_decision(proj: Path, monkeypatch: pytest.Mon
     assert "core.py" in (finding.hint or "") and "core.py" in report.to_json()["violations"][0]["hint"]
 
 
-def test_a_parse_that_would_overrun_the_budget_is_refused_and_said(proj: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from guardrail.gate.budget import PARSE_COST, SHELL_PARSE_COST
+def test_a_shell_parse_that_would_overrun_the_budget_is_refused_and_said(proj: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from guardrail.gate.budget import SHELL_PARSE_COST
 
-    (proj / "helper_mod.py").write_text("X = 1\n" * 50)
     gate = Gate(proj, budget_s=BUDGET_S)
-    monkeypatch.setattr(PARSE_COST, "rate", 1.0)  # a second per unit: no parse fits in the budget
-    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 1.0)
-    report = gate.check({"kind": "shell", "command": "python -c 'from helper_mod import X, Y' && echo $(cat nope)"})
+    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 1.0)  # a second per character: no bashlex parse fits
+    report = gate.check({"kind": "shell", "command": "cat nope.txt && echo $(cat nope)"})
     assert not report.hallucinated and report.budget_exceeded
     (finding,) = report.findings(layer="gate")
     assert finding.check == "budget_exceeded" and "budget" in finding.message
-    monkeypatch.setattr(PARSE_COST, "rate", 6e-6)  # nothing refused was cached: the same module is decided now
+    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 60e-6)
+    assert gate.check({"kind": "shell", "command": "cat nope.txt && echo $(cat nope)"}).hallucinated
+
+
+def test_a_module_too_slow_to_parse_in_the_decision_goes_to_the_worker(proj: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision says its budget ran out; the worker's answer decides the next one. The worker here starts
+    two seconds late, standing in for a parse that takes that long."""
+    from guardrail.gate import parse_worker
+    from guardrail.gate.budget import PARSE_COST
+
+    slow = parse_worker.ParseWorker(argv=[sys.executable, "-I", "-B", "-c",
+                                          "import time; time.sleep(2)\nfrom guardrail.gate.parse_worker import _serve"
+                                          f"\n_serve({parse_worker.WORKER_MEMORY_BYTES})"])
+    monkeypatch.setattr(parse_worker, "_WORKER", slow)
+    monkeypatch.setattr(PARSE_COST, "rate", 1.0)  # every parse is estimated too slow for the decision itself
+    (proj / "helper_mod.py").write_text("X = 1\n" * 50)
+    gate = Gate(proj, budget_s=0.3)
+    gate.index()
     report = gate.check({"kind": "python", "code": "from helper_mod import X, Y"})
+    assert not report.hallucinated and report.budget_exceeded
+    assert "background" in report.findings(layer="gate")[-1].message
+    for _ in range(100):  # the worker answers once it is up
+        report = gate.check({"kind": "python", "code": "from helper_mod import X, Y"})
+        if not report.budget_exceeded:
+            break
     assert [v.predicate.args for v in report.violations] == [("helper_mod", "Y")]
+    slow.close()
 
 
 def test_a_slow_interpreter_answer_leaves_imports_unknown_within_the_budget(proj: Path,

@@ -16,8 +16,9 @@ import errno
 import os
 import stat
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from guardrail.gate import budget
 from guardrail.gate.fsview import PathState
@@ -45,23 +46,54 @@ def under(path: str, root: str) -> bool:
 
 
 def _normalize(path: str) -> str:
-    return os.path.normpath(os.path.abspath(path))
+    # normpath is C code; abspath (Python) only for the rare relative path
+    return os.path.normpath(path) if path.startswith(os.sep) else os.path.normpath(os.path.abspath(path))
+
+
+# What the decision in progress has resolved already (directory -> its real path): set by the gate per decision.
+DECISION_MEMO: ContextVar[dict[Any, Any] | None] = ContextVar("guardrail_gate_decision_memo", default=None)
+
+
+def _prefixes(roots: Iterable[str]) -> tuple[str, ...]:
+    return tuple(root if root == os.sep else root + os.sep for root in roots)
 
 
 @dataclass(frozen=True)
 class Roots:
-    """Directories a probe may look under, as given (`lexical`) and with symlinks resolved (`real`)."""
+    """Directories a probe may look under, as given (`lexical`) and with symlinks resolved (`real`).
+
+    `trusted` are the roots the agent cannot write (the target's import paths, the PATH
+    directories): a path under one of them, and under no other root, is stat'ed as written. A
+    path under an untrusted root (the workspace) is checked by where it really is, since the
+    agent may have put a symlink anywhere on it.
+    """
 
     lexical: tuple[str, ...] = ()
     real: tuple[str, ...] = ()
+    trusted: tuple[str, ...] = ()
+    untrusted: tuple[str, ...] = ()  # both forms of every root the agent can write
+    pairs: tuple[tuple[str, str], ...] = ()  # (as written, resolved) for each root
+
+    def __post_init__(self) -> None:
+        untrusted = self.untrusted
+        object.__setattr__(self, "_all", frozenset(self.lexical + self.real))
+        object.__setattr__(self, "_lexical", _prefixes(self.lexical + self.real))
+        object.__setattr__(self, "_real", _prefixes(self.real))
+        object.__setattr__(self, "_real_set", frozenset(self.real))
+        object.__setattr__(self, "_trusted", _prefixes(self.trusted))
+        object.__setattr__(self, "_untrusted", (frozenset(untrusted), _prefixes(untrusted)))
+        # (root as written, root resolved) pairs, longest first: where a verified walk starts
+        pairs = [(lexical, real) for lexical, real in self.pairs] + [(real, real) for _, real in self.pairs]
+        object.__setattr__(self, "_starts", tuple(sorted(set(pairs), key=lambda pair: -len(pair[0]))))
 
     @classmethod
-    def of(cls, paths: Iterable[str | os.PathLike[str]]) -> Roots:
+    def of(cls, paths: Iterable[str | os.PathLike[str]], *, trusted: bool = False) -> Roots:
         lexical: list[str] = []
         real: list[str] = []
+        pairs: list[tuple[str, str]] = []
         for raw in paths:
             try:
-                path = _normalize(os.fspath(raw))
+                path = os.path.normpath(os.path.abspath(os.fspath(raw)))
                 resolved = os.path.realpath(path)
             except (OSError, ValueError, TypeError):
                 continue
@@ -69,17 +101,39 @@ class Roots:
                 lexical.append(path)
             if resolved not in real:
                 real.append(resolved)
-        return cls(tuple(lexical), tuple(real))
+            pairs.append((path, resolved))
+        forms = tuple(dict.fromkeys(lexical + real))
+        return cls(tuple(lexical), tuple(real), forms if trusted else (), () if trusted else forms,
+                   tuple(dict.fromkeys(pairs)))
 
     def __add__(self, other: Roots) -> Roots:
-        return Roots(tuple(dict.fromkeys(self.lexical + other.lexical)), tuple(dict.fromkeys(self.real + other.real)))
+        def union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(a + b))
+
+        return Roots(union(self.lexical, other.lexical), union(self.real, other.real),
+                     union(self.trusted, other.trusted), union(self.untrusted, other.untrusted),
+                     tuple(dict.fromkeys(self.pairs + other.pairs)))
 
     def holds_lexically(self, path: str) -> bool:
         """A cheap first test: a path outside every root as written is not touched at all."""
-        return any(under(path, root) for root in self.lexical) or any(under(path, root) for root in self.real)
+        return path in self._all or path.startswith(self._lexical)  # type: ignore[attr-defined]
 
     def holds_really(self, real_path: str) -> bool:
-        return any(under(real_path, root) for root in self.real)
+        return real_path in self._real_set or real_path.startswith(self._real)  # type: ignore[attr-defined]
+
+    def start_of(self, path: str) -> tuple[str, str] | None:
+        """The (as written, resolved) root `path` lies under as written, the longest one."""
+        for lexical, real in self._starts:  # type: ignore[attr-defined]
+            if path == lexical or path.startswith(lexical if lexical == os.sep else lexical + os.sep):
+                return lexical, real
+        return None
+
+    def trusts(self, path: str) -> bool:
+        """Whether `path` lies under a trusted root and under no root the agent can write (lexically)."""
+        if not path.startswith(self._trusted) and path not in self.trusted:  # type: ignore[attr-defined]
+            return False
+        names, prefixes = self._untrusted  # type: ignore[attr-defined]
+        return path not in names and not path.startswith(prefixes)
 
 
 @runtime_checkable
@@ -87,6 +141,7 @@ class ProbeBackend(Protocol):
     """The machine the agent's actions run on, as far as the gate may look at it (read-only, confined)."""
 
     key: str  # names the filesystem: caches keep paths of different backends apart
+    batches: bool  # True when one stat_many call is cheaper than many stats (a remote backend): the gate prefetches
 
     def stat_many(self, paths: Sequence[str], within: Roots | None) -> list[PathState]:
         """One PathState per path (kind ``outside`` for a path not really under `within`)."""
@@ -124,6 +179,42 @@ def _fd_path(fd: int) -> str | None:
         return None
 
 
+def _missing_parent(exc: OSError) -> PathState:
+    if exc.errno == errno.ELOOP:
+        return PathState("loop", error="symlink loop")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
+        return PathState("missing")
+    return PathState("unknown", error=f"{type(exc).__name__}: {exc.strerror}")
+
+
+def _real_of_missing(path: str) -> str:
+    """Where a path that does not resolve would be: its nearest existing ancestor, resolved, plus the rest."""
+    rest: list[str] = []
+    head = path
+    for _ in range(64):
+        head, tail = os.path.split(head)
+        rest.append(tail)
+        if not _O_PATH or not _HAS_PROC_FD:
+            break
+        try:
+            fd = os.open(head, _O_PATH | _O_CLOEXEC)
+        except OSError:
+            if head == os.sep:
+                break
+            continue
+        try:
+            real = _fd_path(fd)
+        finally:
+            os.close(fd)
+        if real is not None:
+            return os.path.join(real, *reversed(rest))
+        break
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return ""
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
@@ -137,6 +228,7 @@ class LocalBackend:
     file under the roots (devices and FIFOs are stat'ed through an O_PATH handle, never opened)."""
 
     key = "local"
+    batches = False
 
     # ------------------------------------------------------------------ stat
     def stat_many(self, paths: Sequence[str], within: Roots | None) -> list[PathState]:
@@ -151,43 +243,73 @@ class LocalBackend:
             return PathState("missing", error=f"invalid path: {exc}")
         if within is not None and not within.holds_lexically(path):
             return PathState("outside")
-        if not _O_PATH or not _HAS_PROC_FD:
-            return self._stat_by_name(path, within)
+        if within is None or within.trusts(path):
+            return self._plain_stat(path)
         try:
-            fd = os.open(path, _O_PATH | _O_CLOEXEC)
-        except OSError as exc:
-            return self._failed(path, exc, within)
+            return self._stat_verified(path, within)
         except (ValueError, TypeError) as exc:
             return PathState("missing", error=f"invalid path: {exc}")
-        try:
-            st = os.fstat(fd)
-            real = _fd_path(fd)
-        except OSError as exc:
-            return PathState("unknown", error=f"{type(exc).__name__}: {exc.strerror}")
-        finally:
-            os.close(fd)
-        if within is not None and (real is None or not within.holds_really(real)):
-            return PathState("outside")
+
+    def _stat_verified(self, path: str, within: Roots) -> PathState:
+        """Stat a path under a root the agent can write, by where it really is: walk its components from the
+        root with lstat, resolving any symlink met, so a link out of the roots answers ``outside``. Directories
+        resolved are remembered for the rest of the decision. (Content reads verify again, on the open file.)"""
+        start = within.start_of(path)
+        if start is None:
+            return self._stat_by_name(path, within)
+        memo = DECISION_MEMO.get()
+        current, real = start
+        parts = [part for part in path[len(current):].split(os.sep) if part]
+        for index, part in enumerate(parts):
+            current = current + os.sep + part if current != os.sep else os.sep + part
+            last = index == len(parts) - 1
+            known = None if last or memo is None else memo.get(current)
+            if known is not None:
+                real = known
+                continue
+            try:
+                st = os.lstat(current)
+            except OSError as exc:
+                return self._failed(current, exc, None) if last else _missing_parent(exc)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(current)
+                if not within.holds_really(real):
+                    return PathState("outside")
+                try:
+                    st = os.stat(current)
+                except OSError as exc:
+                    return self._failed(current, exc, None) if last else _missing_parent(exc)
+            else:
+                real = real + os.sep + part if real != os.sep else os.sep + part
+            if not last:
+                if not stat.S_ISDIR(st.st_mode):
+                    return PathState("missing", error="a parent is a file, not a directory")
+                if memo is not None:
+                    memo[current] = real
+        if not parts:  # the root itself
+            return self._plain_stat(path)
         return PathState(_kind(st.st_mode), st.st_mtime_ns, st.st_size, bool(st.st_mode & 0o111))
 
     def _stat_by_name(self, path: str, within: Roots | None) -> PathState:
         if within is not None and not within.holds_really(os.path.realpath(path)):
             return PathState("outside")
+        return self._plain_stat(path)
+
+    def _plain_stat(self, path: str) -> PathState:
         try:
             st = os.stat(path)
         except OSError as exc:
             return self._failed(path, exc, None)
+        except (ValueError, TypeError) as exc:
+            return PathState("missing", error=f"invalid path: {exc}")
         return PathState(_kind(st.st_mode), st.st_mtime_ns, st.st_size, bool(st.st_mode & 0o111))
 
     @staticmethod
     def _failed(path: str, exc: OSError, within: Roots | None) -> PathState:
         # A missing path is reported only when the directory it would be in is itself under the roots.
         if within is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-            try:
-                if not within.holds_really(os.path.realpath(path)):
-                    return PathState("outside")
-            except (OSError, ValueError):
-                return PathState("unknown", error="cannot resolve the path")
+            if not within.holds_really(_real_of_missing(path)):
+                return PathState("outside")
         if exc.errno == errno.ENOENT:
             return PathState("missing")
         if exc.errno == errno.ENOTDIR:

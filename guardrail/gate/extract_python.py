@@ -14,6 +14,7 @@ from guardrail.gate.scope import Scope
 __all__ = ["MAX_CODE_CHARS", "extract_python"]
 
 MAX_CODE_CHARS = 500_000  # larger code is not analysed: one explicit unknown instead of its predicates
+_CHEAP_CODE_CHARS = 4_000  # shorter code parses in well under a millisecond: no cost estimate needed
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
 # Calls whose first string argument is a file the call reads.
@@ -37,14 +38,17 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
     if len(code) > MAX_CODE_CHARS:
         return [Predicate("analysis_complete", (origin, f"{len(code)} characters of code is over the "
                                                         f"{MAX_CODE_CHARS} analysed", "limit"), False, origin)]
-    units = budget.python_parse_units(code)
-    PARSE_COST.afford(units, f"parsing the {origin} code")
+    # Typical action code is a few lines: its parse costs microseconds and is not worth estimating.
+    units = budget.python_parse_units(code) if len(code) > _CHEAP_CODE_CHARS else 0
+    if units:
+        PARSE_COST.afford(units, f"parsing the {origin} code")
     started = time.perf_counter()
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # not Python we can read: a syntax error is not a state predicate
-    PARSE_COST.observe(units, time.perf_counter() - started)
+    if units:
+        PARSE_COST.observe(units, time.perf_counter() - started)
     walker = _Walker(scope, tuple(search) + scope.pythonpath, necessary, origin)
     try:
         walker.visit(tree)
@@ -52,7 +56,8 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
         return walker.predicates
     predicates = walker.predicates
     if target_version is not None and tuple(target_version[:2]) < sys.version_info[:2]:
-        PARSE_COST.afford(units * (sys.version_info[1] - target_version[1] + 1), "checking the code's syntax version")
+        if units:
+            PARSE_COST.afford(units * (sys.version_info[1] - target_version[1] + 1), "checking the syntax version")
         version = _syntax_version_problem(code, (target_version[0], target_version[1]))
         if version is not None:
             predicates.append(Predicate(

@@ -15,7 +15,7 @@ from typing import Any
 from guardrail.core.events import Action, ActionKind, Finding, Result
 from guardrail.core.layer import EpisodeContext, Layer
 from guardrail.gate import budget
-from guardrail.gate.backend import LocalBackend, ProbeBackend, Roots
+from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
 from guardrail.gate.budget import BudgetExceeded, Deadline
 from guardrail.gate.extract_tool import ToolSchema, tool_schema
 from guardrail.gate.index import ModuleIndex, TargetPythonError
@@ -134,11 +134,15 @@ class Gate:
 
     def _check(self, raw: Action | Mapping[str, Any], state: GateState | None,
                deadline: Deadline) -> tuple[GateReport, Scope | None]:
-        with budget.within(deadline), FsView.snapshot():
-            try:
-                return self._decide(raw, state, deadline)
-            except (RecursionError, MemoryError) as exc:  # the action itself too deep or too big to handle
-                return GateReport(error=f"action could not be analysed ({type(exc).__name__})"), None
+        # The deadline and the per-decision stat memo (context variables, set directly: this is the hot path).
+        deadline_token, memo_token = budget._CURRENT.set(deadline), DECISION_MEMO.set({})
+        try:
+            return self._decide(raw, state, deadline)
+        except (RecursionError, MemoryError) as exc:  # the action itself too deep or too big to handle
+            return GateReport(error=f"action could not be analysed ({type(exc).__name__})"), None
+        finally:
+            DECISION_MEMO.reset(memo_token)
+            budget._CURRENT.reset(deadline_token)
 
     def _decide(self, raw: Action | Mapping[str, Any], state: GateState | None,
                 deadline: Deadline) -> tuple[GateReport, Scope | None]:

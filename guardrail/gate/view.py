@@ -16,11 +16,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from guardrail.gate import fsview
-from guardrail.gate.backend import LocalBackend, ProbeBackend, Roots
+from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
 from guardrail.gate.fsview import MAX_READ_BYTES, PathState
 
 __all__ = ["MAX_LISTING", "FsView", "local_view"]
@@ -30,7 +29,7 @@ _MAX_CACHED_NAMES = 4_000_000  # all cached listings together; past it the cache
 
 T = TypeVar("T")
 
-_MEMO: ContextVar[dict[tuple[int, str, str], PathState] | None] = ContextVar("guardrail_gate_memo", default=None)
+_MEMO = DECISION_MEMO  # one memo per decision, shared with the backend (which keeps resolved directories in it)
 _LISTINGS_LOCK = threading.Lock()
 _cached_names = 0
 
@@ -42,6 +41,9 @@ class FsView:
                  import_roots: Iterable[str] = (), command_dirs: Iterable[str] = ()) -> None:
         self.backend: ProbeBackend = backend or LocalBackend()
         self.key = self.backend.key
+        # A backend that does not batch may offer a one-path stat: no list built per probe on the hot path.
+        self._stat: Callable[[str, Roots | None], PathState] | None = (
+            None if getattr(self.backend, "batches", True) else getattr(self.backend, "stat", None))
         self.workspace = workspace
         self._import_roots = tuple(import_roots)
         self._command_dirs = tuple(command_dirs)
@@ -52,8 +54,8 @@ class FsView:
             self.readable: Roots | None = None
             self.listable: Roots | None = None
             return
-        self.readable = self.workspace + Roots.of(self._import_roots)
-        self.listable = self.readable + Roots.of(self._command_dirs)
+        self.readable = self.workspace + Roots.of(self._import_roots, trusted=True)
+        self.listable = self.readable + Roots.of(self._command_dirs, trusted=True)
 
     def set_import_roots(self, roots: Iterable[str]) -> None:
         """The target's trusted import paths, once they are known."""
@@ -79,35 +81,40 @@ class FsView:
         finally:
             _MEMO.reset(token)
 
-    def _stat_in(self, paths: list[str], roots: Roots | None, label: str) -> list[PathState]:
+    def _stat_one(self, path: str, roots: Roots | None, label: str) -> PathState:
         memo = _MEMO.get()
-        if memo is None:
-            return self.backend.stat_many(paths, roots)
-        me = id(self)
-        wanted = [p for p in dict.fromkeys(paths) if (me, label, p) not in memo]
-        if wanted:
-            for path, state in zip(wanted, self.backend.stat_many(wanted, roots), strict=True):
-                memo[(me, label, path)] = state
-        return [memo[(me, label, p)] for p in paths]
+        key = (id(self), label, path)
+        state = memo.get(key) if memo is not None else None
+        if state is None:
+            stat = self._stat
+            state = stat(path, roots) if stat is not None else self.backend.stat_many([path], roots)[0]
+            if memo is not None:
+                memo[key] = state
+        return state
 
     def prefetch(self, paths: Iterable[str]) -> None:
-        """Stat every path an action needs in one backend call (one round-trip for a remote backend)."""
-        wanted = [p for p in paths if isinstance(p, str)]
-        if wanted and _MEMO.get() is not None:
-            self._stat_in(wanted, self.listable, "list")
+        """Stat every path an action needs in one backend call (one round-trip for a backend that batches)."""
+        memo = _MEMO.get()
+        if memo is None or not getattr(self.backend, "batches", False):
+            return
+        me = id(self)
+        wanted = list(dict.fromkeys(p for p in paths if isinstance(p, str) and (me, "list", p) not in memo))
+        if wanted:
+            for path, state in zip(wanted, self.backend.stat_many(wanted, self.listable), strict=True):
+                memo[(me, "list", path)] = state
 
     def stat(self, path: str) -> PathState:
-        return self._stat_in([path], self.listable, "list")[0]
+        return self._stat_one(path, self.listable, "list")
 
     def readable_state(self, path: str) -> PathState:
         """The stat of a path whose content may be read (``outside`` for a command dir's file)."""
-        return self._stat_in([path], self.readable, "read")[0]
+        return self._stat_one(path, self.readable, "read")
 
     def in_workspace(self, path: str) -> bool:
         """Whether `path` really lies under the workspace roots (only such text may be quoted in a hint)."""
         if self.workspace is None:
             return True
-        return self._stat_in([path], self.workspace, "workspace")[0].kind != "outside"
+        return self._stat_one(path, self.workspace, "workspace").kind != "outside"
 
     # ------------------------------------------------------------------ list
     def list_dir(self, path: str) -> frozenset[str] | None:
@@ -160,7 +167,19 @@ class FsView:
 
     # ------------------------------------------------------------------ commands and hints
     def which(self, program: str) -> str | None:
-        return self.backend.which(program, self._command_dirs, self.listable)
+        """Where `program` resolves on the target's PATH. The command directories are the operator's, and an
+        entry there is often a symlink to an interpreter or tool installed elsewhere: only whether it is an
+        executable is asked (no content), so the entry's target is not confined."""
+        if getattr(self.backend, "batches", False):
+            return self.backend.which(program, self._command_dirs, None)
+        for directory in self._command_dirs:  # the cached listings answer most lookups without a stat
+            names = self.list_dir(directory)
+            if names is not None and program in names:
+                candidate = directory + "/" + program
+                state = self.backend.stat_many([candidate], None)[0]
+                if state.kind == "file" and state.executable:
+                    return candidate
+        return None
 
     def walk(self, root: str, *, limit: int, skip: frozenset[str]) -> list[str]:
         """Files under a workspace root (for repair hints), bounded in count and by the decision's deadline."""

@@ -41,8 +41,11 @@ def main(spec_path: str, out_path: str) -> int:
                                   "blocking": report.blocking, "error": report.error, "said": said},
                                  default=str) + "\n")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    from guardrail.gate import parse_worker
+
+    worker_peak = parse_worker._WORKER.peak_rss_bytes if parse_worker._WORKER is not None else 0
     with open(out_path, "a", encoding="utf-8") as out:
-        out.write(json.dumps({"peak_rss_bytes": peak_kb * 1024}) + "\n")
+        out.write(json.dumps({"peak_rss_bytes": peak_kb * 1024, "worker_peak_rss_bytes": worker_peak}) + "\n")
     return 0
 
 
