@@ -214,7 +214,7 @@ def test_a_pathological_helper_module_does_not_switch_the_gate_off(proj: Path) -
     from guardrail.core.events import Verdict
     from guardrail.gate import GateLayer
 
-    (proj / "deephelper.py").write_text("__all__ = ['x']\nx = 1\na" + "[0]" * 500 + " = 1\n")
+    (proj / "deephelper.py").write_text("import sys\nx = 1\nsys.modules" + "[0]" * 500 + " = 1\n")
     guard = Guard([GateLayer(proj, budget_s=BUDGET_S)], mode="intervene")
     decision = guard.start_episode().before_action(Action.python("from deephelper import x, y\nimport nosuchmodule"))
     assert decision.verdict is Verdict.BLOCK

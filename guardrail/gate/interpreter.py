@@ -80,7 +80,9 @@ class TargetPython:
     site_dirs: tuple[str, ...] = ()  # the site-packages whose .pth files were read
 
 
-_TARGETS: dict[tuple[str, tuple[str, ...]], tuple[tuple[tuple[str, int], ...], TargetPython]] = {}
+# (exe, untrusted roots) -> (fingerprint, target), and ("asked", base, venv, system) -> (mtime, the base's answer):
+# one dict, so emptying it makes the next target fully cold.
+_TARGETS: dict[tuple[str, ...], tuple[Any, Any]] = {}
 _TARGETS_LOCK = threading.Lock()
 
 
@@ -207,14 +209,14 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
     exe = os.path.normpath(exe)
     if local.stat_many([exe], None)[0].kind != "file":
         raise TargetPythonError(f"target interpreter {exe!r} not found")
-    key = (exe, roots.lexical + roots.real)
+    key = (exe, *roots.lexical, "\x00", *roots.real)
     fingerprint = _fingerprint(local, exe)
     cached = _TARGETS.get(key)
     # Valid while the interpreter, its pyvenv.cfg and its site dirs (a new .pth changes their mtime) are unchanged.
     if cached is not None and cached[0] == fingerprint + _site_fingerprint(local, cached[1]):
-        return cached[1]
+        return cached[1]  # type: ignore[no-any-return]
     base, venv, cfg = _locate(local, exe, roots)
-    facts = _ask(base, venv, cfg, timeout_s)
+    facts = _asked(local, base, venv, cfg, timeout_s)
     if venv is not None:
         wanted = ".".join((cfg.get("version_info") or cfg.get("version") or "").split(".")[:2])
         got = ".".join(str(v) for v in facts["version"][:2])
@@ -228,6 +230,21 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
 
 def _site_fingerprint(backend: ProbeBackend, target: TargetPython) -> tuple[tuple[str, int], ...]:
     return tuple((path, _mtime(backend, path)) for path in target.site_dirs)
+
+
+def _asked(backend: ProbeBackend, base: str, venv: str | None, cfg: dict[str, str],
+           timeout_s: float) -> dict[str, Any]:
+    """The base's answer, asked once per base interpreter and venv (a new workspace reuses it: only the
+    static part, which depends on the workspace roots, is redone)."""
+    key = ("asked", base, venv or "", cfg.get("include-system-site-packages", "").lower())
+    mtime = _mtime(backend, base)
+    cached = _TARGETS.get(key)
+    if cached is not None and cached[0] == mtime:
+        return cached[1]  # type: ignore[return-value]
+    facts = _ask(base, venv, cfg, timeout_s)
+    with _TARGETS_LOCK:
+        _TARGETS[key] = (mtime, facts)
+    return facts
 
 
 def _ask(base: str, venv: str | None, cfg: dict[str, str], timeout_s: float) -> dict[str, Any]:
@@ -321,7 +338,21 @@ def _read_pth_files(backend: ProbeBackend, site_dir: str, entries: list[str], ed
     return added
 
 
+_MAPPINGS: dict[tuple[str, int, int], dict[str, str]] = {}
+
+
 def _editable_mapping(backend: ProbeBackend, finder_path: str) -> dict[str, str]:
+    """The MAPPING literal of a setuptools editable finder, cached by (path, mtime, size)."""
+    state = backend.stat_many([finder_path], None)[0]
+    key = (finder_path, state.mtime_ns, state.size)
+    if key not in _MAPPINGS:
+        if len(_MAPPINGS) > 1_000:
+            _MAPPINGS.clear()
+        _MAPPINGS[key] = _read_mapping(backend, finder_path) if state.kind == "file" else {}
+    return dict(_MAPPINGS[key])
+
+
+def _read_mapping(backend: ProbeBackend, finder_path: str) -> dict[str, str]:
     """The MAPPING literal of a setuptools editable finder (name -> source path), read from its AST."""
     text = _read_text(backend, finder_path, _MAX_PTH_BYTES)
     if text is None:

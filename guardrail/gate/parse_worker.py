@@ -24,6 +24,8 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from guardrail.gate.budget import PARSE_COST, python_parse_units
+
 if TYPE_CHECKING:
     from guardrail.gate.index import ModuleSymbols
 
@@ -139,6 +141,8 @@ class ParseWorker:
                 request_id, symbols = int(reply["id"]), load_symbols(reply["symbols"])
             except (ValueError, KeyError, TypeError):
                 continue
+            # What the parse really took on this machine keeps the cost model honest for in-decision parses.
+            PARSE_COST.observe(float(reply.get("units", 0)), float(reply.get("seconds", 0.0)))
             with self._lock:
                 self.peak_rss_bytes = max(self.peak_rss_bytes, int(reply.get("peak_rss_bytes", 0)))
                 for request in [r for r in self._pending.values() if r.id == request_id]:
@@ -210,14 +214,17 @@ def _serve(memory_bytes: int) -> int:
             request_id, text = int(request["id"]), str(request["text"])
         except (ValueError, KeyError, TypeError):
             continue
+        started = time.perf_counter()
         try:
             symbols = symbols_of_source(text)
         except MemoryError:
             symbols = ModuleSymbols(error="too large to analyse (the parser ran out of memory)")
+        seconds = time.perf_counter() - started
+        units = python_parse_units(text)
         del text
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        sys.stdout.write(json.dumps({"id": request_id, "symbols": dump_symbols(symbols), "peak_rss_bytes": peak})
-                         + "\n")
+        sys.stdout.write(json.dumps({"id": request_id, "symbols": dump_symbols(symbols), "peak_rss_bytes": peak,
+                                     "units": units, "seconds": seconds}) + "\n")
         sys.stdout.flush()
     return 0
 

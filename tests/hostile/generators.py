@@ -168,7 +168,7 @@ def build_workspace(root: Path, sizes: Sizes = Sizes(), *, seed: int = 15) -> Ho
     for _ in range(sizes.dir_depth):
         deep = deep / "d"
     deep.mkdir(parents=True)
-    (ws / "deephelper.py").write_text("__all__ = ['x']\nx = 1\na" + "[0]" * sizes.nesting + " = 1\n")
+    (ws / "deephelper.py").write_text("import sys\nx = 1\nsys.modules" + "[0]" * sizes.nesting + " = 1\n")
     (ws / "deepexpr.py").write_text("y = " + "-" * sizes.nesting * 4 + "1\n" + "z = " + "(" * 150 + ")" * 150 + "\n")
     return HostileWorkspace(root, ws, outside, markers, secrets, evil_venvs, sizes)
 
