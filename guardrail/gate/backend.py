@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -438,20 +439,23 @@ class LocalBackend:
         stack = [(root, 0)]
         seen = 0
         deadline = budget.current()
+        # Half of what is left of the decision at most: the hint built from the walk needs the rest.
+        stop_at = time.perf_counter() + deadline.remaining() / 2 if deadline is not None else float("inf")
+        cut = len(root) + (0 if root.endswith(os.sep) else 1)
         while stack and len(found) < limit:
             directory, depth = stack.pop()
             try:
                 with os.scandir(directory) as entries:
                     for entry in entries:
                         seen += 1
-                        if not seen & 1023 and deadline is not None and deadline.expired():
+                        if not seen & 511 and time.perf_counter() > stop_at:
                             return found
                         try:
                             if entry.is_dir(follow_symlinks=False):
                                 if depth < 12 and entry.name not in skip and not entry.name.startswith("."):
                                     stack.append((entry.path, depth + 1))
                             elif entry.is_file(follow_symlinks=False):
-                                found.append(os.path.relpath(entry.path, root))
+                                found.append(entry.path[cut:])
                                 if len(found) >= limit:
                                     break
                         except OSError:

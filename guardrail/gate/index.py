@@ -95,7 +95,8 @@ def module_symbols(path: str, fs: FsView | None = None) -> ModuleSymbols:
         # Too slow to parse here within the deadline: the worker parses it, and keeps it for the next decision.
         from guardrail.gate.parse_worker import parse_worker
 
-        answer = parse_worker().symbols((view.key, path, state.mtime_ns, state.size), text, deadline.remaining())
+        # Half of what is left at most: the action's other predicates still get their turn.
+        answer = parse_worker().symbols((view.key, path, state.mtime_ns, state.size), text, deadline.remaining() / 2)
         if answer is None:
             raise budget.BudgetExceeded(f"parsing {os.path.basename(path)}, which goes on in the background")
         return answer

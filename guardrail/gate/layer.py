@@ -168,7 +168,11 @@ class Gate:
         # Every path the action names, stat'ed in one backend call (one round-trip for a remote backend).
         self.fs.prefetch(str(a) for p in predicates for a in p.args[:1] if isinstance(a, str) and a.startswith("/"))
         prober = Prober(index, fs=self.fs, workspace=self.workspace, deadline=deadline, **self._index_status())
-        results = [prober.probe(p) for p in predicates]
+        # Probes that read or parse file content go last: a pathological file can then cost its own
+        # predicate, not the stat-and-listing ones that follow it in the action.
+        order = sorted(range(len(predicates)), key=lambda i: predicates[i].name in _CONTENT_PROBES)
+        probed = {i: prober.probe(predicates[i]) for i in order}
+        results = [probed[i] for i in range(len(predicates))]
         for result in results:
             if result.outcome is Outcome.FALSE:
                 result.hint = _hint(result, self.fs)
@@ -198,6 +202,9 @@ class Gate:
             _advance_editor(action, state, scope.cwd)
         report.latency_ms = (time.perf_counter() - deadline.start) * 1000.0
         return report
+
+
+_CONTENT_PROBES = frozenset({"symbol_defined", "pytest_target_exists", "editor_text_present", "editor_line_in_range"})
 
 
 def resolve_python(python: str | None, cwd: str) -> str | None:

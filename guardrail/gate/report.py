@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import heapq
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,8 +28,17 @@ def _close(word: str, options: list[str], n: int = 3, cutoff: float = 0.6) -> li
     first = word[:1].lower()
     pool = [o for o in options[:50_000] if (o[:1].lower() == first or abs(len(o) - len(word)) <= 1)
             and len(o) <= _MAX_HINT_WORD]
-    budget.check("repair hint")
-    return difflib.get_close_matches(word, pool[:5_000], n=n, cutoff=cutoff)
+    # difflib.get_close_matches, compared in chunks so the decision's deadline is kept while it runs
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(word)
+    scored: list[tuple[float, str]] = []
+    for index, option in enumerate(pool[:5_000]):
+        if not index & 255:
+            budget.check("repair hint")
+        matcher.set_seq1(option)
+        if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff and matcher.ratio() >= cutoff:
+            scored.append((matcher.ratio(), option))
+    return [option for _, option in heapq.nlargest(n, scored)]
 
 
 _MAX_HINT_WORD = 300  # a longer name or line is not compared (the cost of a comparison grows with its square)
@@ -99,6 +109,7 @@ def _path_hint(evidence: dict[str, Any], fs: FsView | None) -> str | None:
     root = str(evidence.get("workspace", ""))
     # The workspace walk (cached 30 s) runs only for a violation, within the decision's deadline.
     files = workspace_files(root, fs) if root else []
+    budget.check("repair hint")
     if root and files and missing:
         by_name: dict[str, list[str]] = {}
         for rel in files:
