@@ -105,3 +105,31 @@ def test_extra_roots_make_a_scratch_directory_probeable(layout: tuple[Path, Path
     report = gate.check({"kind": "shell", "command": f"cat {outside}/keys/prod_ky.pem"})
     (finding,) = report.findings(layer="gate")
     assert finding.blocking and "prod_key.pem" in (finding.hint or "")
+
+
+def test_a_batching_backend_gets_an_actions_paths_in_one_call(layout: tuple[Path, Path]) -> None:
+    """What a remote backend (issue 19) relies on: the gate asks for every path an action names at once."""
+    from guardrail.gate.backend import LocalBackend, ProbeBackend, Roots
+    from guardrail.gate.fsview import PathState
+
+    class Recording(LocalBackend):
+        batches = True
+
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def stat_many(self, paths: object, within: Roots | None) -> list[PathState]:
+            self.calls.append(list(paths))  # type: ignore[call-overload]
+            return super().stat_many(paths, within)  # type: ignore[arg-type]
+
+    ws, _ = layout
+    backend = Recording()
+    assert isinstance(backend, ProbeBackend)
+    gate = Gate(ws, budget_s=BUDGET_S, backend=backend)
+    gate.index()
+    backend.calls.clear()
+    report = gate.check({"kind": "shell", "command": "cat setup.cfg nope.txt && ls docs missing_dir"})
+    wanted = [str(ws / name) for name in ("setup.cfg", "nope.txt", "docs", "missing_dir")]
+    assert set(wanted) <= set(backend.calls[0])
+    assert not any(path in call for call in backend.calls[1:] for path in wanted)  # the rest came from the memo
+    assert {v.predicate.args[0] for v in report.violations} == {str(ws / "nope.txt"), str(ws / "missing_dir")}
