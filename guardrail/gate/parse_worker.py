@@ -176,6 +176,19 @@ class ParseWorker:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
 
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until every request sent so far is answered (or the worker gave up on it); False on timeout."""
+        end = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                waiting = [request.done for request in self._pending.values()]
+                self._reap_overdue()
+            if not waiting:
+                return True
+            if time.monotonic() > end:
+                return False
+            waiting[0].wait(min(1.0, max(0.0, end - time.monotonic())))
+
     def close(self) -> None:
         with self._lock:
             self._stop()

@@ -43,7 +43,10 @@ def main(spec_path: str, out_path: str) -> int:
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     from guardrail.gate import parse_worker
 
-    worker_peak = parse_worker._WORKER.peak_rss_bytes if parse_worker._WORKER is not None else 0
+    worker = parse_worker._WORKER
+    if worker is not None:  # let the big modules handed to it finish, so its peak memory is measured too
+        worker.drain(120.0)
+    worker_peak = worker.peak_rss_bytes if worker is not None else 0
     with open(out_path, "a", encoding="utf-8") as out:
         out.write(json.dumps({"peak_rss_bytes": peak_kb * 1024, "worker_peak_rss_bytes": worker_peak}) + "\n")
     return 0
