@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,16 +46,18 @@ def test_proc_and_dev_are_stated_but_not_read(proj: Path) -> None:
 
 
 def test_unreadable_search_dir_makes_a_missing_module_unknown(proj: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from guardrail.gate.backend import LocalBackend, Roots
+
     blocked = str(proj / "vendor")
     os.mkdir(blocked)
-    real_listdir = os.listdir
+    real_list_dir = LocalBackend.list_dir
 
-    def listdir(path: str) -> list[str]:
-        if os.fspath(path) == blocked:
-            raise PermissionError(13, "Permission denied", path)
-        return real_listdir(path)
+    def list_dir(self: LocalBackend, path: str, within: Roots | None, limit: int) -> tuple[int, frozenset[str]] | None:
+        if path == blocked:  # what the backend answers for a directory it may not read
+            return None
+        return real_list_dir(self, path, within, limit)
 
-    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(LocalBackend, "list_dir", list_dir)
     report = Gate(proj, budget_s=BUDGET_S).check(
         {"kind": "shell", "command": "PYTHONPATH=vendor python -c 'import hidden_mod'"})
     assert not report.hallucinated
@@ -102,7 +105,9 @@ def test_exhausted_budget_leaves_predicates_unknown_and_says_so(proj: Path) -> N
 
 def test_huge_and_deeply_nested_inputs_return_quickly(proj: Path) -> None:
     gate = Gate(proj, budget_s=BUDGET_S)
-    assert gate.check({"kind": "shell", "command": "cat a " * 50_000}).results == []
+    huge = gate.check({"kind": "shell", "command": "cat a " * 50_000})  # over the size cap: one explicit unknown
+    assert [(r.predicate.name, r.outcome) for r in huge.results] == [("analysis_complete", Outcome.UNKNOWN)]
+    assert huge.budget_exceeded and not huge.hallucinated
     assert gate.check({"kind": "python", "code": "(" * 100_000}).results == []
     nested = "x = " + "[" * 5000 + "]" * 5000
     assert not gate.check({"kind": "python", "code": nested}).hallucinated
@@ -122,3 +127,120 @@ def test_nul_bytes_and_surrogates_never_raise(proj: Path) -> None:
     report = gate.check({"kind": "tool", "tool": "str_replace_editor",
                          "args": {"command": "view", "path": "/tmp/a\x00b"}})
     assert report.hallucinated
+
+
+# ------------------------------------------------------------------ issue 15, item 3: the budget bounds the decision
+def test_hints_are_built_inside_the_decision(proj: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """latency_ms used to leave hint building out: findings() computed hints after the clock stopped."""
+    from guardrail.gate import report as report_module
+
+    gate = Gate(proj, budget_s=BUDGET_S)
+    report = gate.check({"kind": "shell", "command": "cat pkg/cor.py"})
+    assert report.violations[0].hint is not None and "core.py" in report.violations[0].hint
+
+    def no_more_hints(*_: object, **__: object) -> str:
+        raise AssertionError("a hint was built after the decision")
+
+    monkeypatch.setattr(report_module, "repair_hint", no_more_hints)
+    (finding,) = report.findings(layer="gate")
+    assert "core.py" in (finding.hint or "") and "core.py" in report.to_json()["violations"][0]["hint"]
+
+
+def test_a_shell_parse_that_would_overrun_the_budget_is_refused_and_said(proj: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from guardrail.gate.budget import SHELL_PARSE_COST
+
+    gate = Gate(proj, budget_s=BUDGET_S)
+    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 1.0)  # a second per character: no bashlex parse fits
+    report = gate.check({"kind": "shell", "command": "cat nope.txt && echo $(cat nope)"})
+    assert not report.hallucinated and report.budget_exceeded
+    (finding,) = report.findings(layer="gate")
+    assert finding.check == "budget_exceeded" and "budget" in finding.message
+    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 60e-6)
+    assert gate.check({"kind": "shell", "command": "cat nope.txt && echo $(cat nope)"}).hallucinated
+
+
+def test_a_module_too_slow_to_parse_in_the_decision_goes_to_the_worker(proj: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision says its budget ran out; the worker's answer decides the next one. The worker here starts
+    two seconds late, standing in for a parse that takes that long."""
+    from guardrail.gate import parse_worker
+    from guardrail.gate.budget import PARSE_COST
+
+    slow = parse_worker.ParseWorker(argv=[sys.executable, "-I", "-B", "-c",
+                                          "import time; time.sleep(2)\nfrom guardrail.gate.parse_worker import _serve"
+                                          f"\n_serve({parse_worker.WORKER_MEMORY_BYTES})"])
+    monkeypatch.setattr(parse_worker, "_WORKER", slow)
+    monkeypatch.setattr(PARSE_COST, "rate", 1.0)  # every parse is estimated too slow for the decision itself
+    (proj / "helper_mod.py").write_text("X = 1\n" * 50)
+    gate = Gate(proj, budget_s=0.3)
+    gate.index()
+    report = gate.check({"kind": "python", "code": "from helper_mod import X, Y"})
+    assert not report.hallucinated and report.budget_exceeded
+    assert "background" in report.findings(layer="gate")[-1].message
+    for _ in range(100):  # the worker answers once it is up
+        report = gate.check({"kind": "python", "code": "from helper_mod import X, Y"})
+        if not report.budget_exceeded:
+            break
+    assert [v.predicate.args for v in report.violations] == [("helper_mod", "Y")]
+    slow.close()
+
+
+def test_a_slow_interpreter_answer_leaves_imports_unknown_within_the_budget(proj: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from guardrail.gate.backend import LocalBackend, Roots
+
+    release = threading.Event()
+    real = LocalBackend.import_paths
+
+    def slow_import_paths(self: LocalBackend, python: str | None, untrusted: Roots):  # type: ignore[no-untyped-def]
+        release.wait(30)
+        return real(self, python, untrusted)
+
+    monkeypatch.setattr(LocalBackend, "import_paths", slow_import_paths)
+    gate = Gate(proj, budget_s=0.05)
+    report = gate.check({"kind": "python", "code": "import nosuchmodule_q"})
+    assert not report.hallucinated and report.budget_exceeded
+    release.set()
+    assert gate.index() is not None
+    assert gate.check({"kind": "python", "code": "import nosuchmodule_q"}).hallucinated
+
+
+# ------------------------------------------------------------------ issue 15, item 8: one predicate, never the decision
+def test_a_pathological_helper_module_does_not_switch_the_gate_off(proj: Path) -> None:
+    from guardrail import Action, Guard
+    from guardrail.core.events import Verdict
+    from guardrail.gate import GateLayer
+
+    (proj / "deephelper.py").write_text("import sys\nx = 1\nsys.modules" + "[0]" * 500 + " = 1\n")
+    guard = Guard([GateLayer(proj, budget_s=BUDGET_S)], mode="intervene")
+    decision = guard.start_episode().before_action(Action.python("from deephelper import x, y\nimport nosuchmodule"))
+    assert decision.verdict is Verdict.BLOCK
+    assert "internal_error" not in [f.check for f in decision.findings]
+    assert [f.predicate for f in decision.findings if f.blocking] == ["importable"]
+
+
+def test_a_probe_that_fails_loses_only_its_predicate(proj: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from guardrail.gate.probe import Prober
+
+    def broken(self: Prober, predicate: object) -> object:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(Prober, "_dir_exists", broken)
+    report = Gate(proj, budget_s=BUDGET_S).check({"kind": "shell", "command": "cd docs && cat nothing.txt"})
+    assert report.error is None
+    outcomes = {r.predicate.name: r.outcome for r in report.results}
+    assert outcomes["dir_exists"] is Outcome.UNKNOWN and outcomes["file_exists"] is Outcome.FALSE
+
+
+@pytest.mark.parametrize("command", ["goto " + "9" * 5000, "open docs/thirty.txt " + "9" * 5000,
+                                     "edit " + "1" * 5000 + ":" + "2" * 5000])
+def test_swe_agent_line_numbers_past_int_limits_are_out_of_range(proj: Path, command: str) -> None:
+    from guardrail.gate import EditorState, GateState
+
+    state = GateState(editor=EditorState(str(proj / "docs" / "thirty.txt")))
+    report = Gate(proj, budget_s=BUDGET_S).check({"kind": "swe_agent", "command": command}, state)
+    assert report.error is None
+    assert [v.predicate.name for v in report.violations] == ["editor_line_in_range"]

@@ -82,7 +82,7 @@ def test_batch_answers_every_line_in_order(lines: list[str]) -> None:
     cleaned = [line.replace("\n", " ").replace("\r", " ") for line in lines]
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
-        _run_batch(io.StringIO("\n".join(cleaned) + "\n"), 1.0)
+        _run_batch(io.BytesIO(("\n".join(cleaned) + "\n").encode("utf-8", "surrogatepass")), 1.0)
     out = captured.getvalue().split("\n")[:-1]
     non_empty = [line for line in io.StringIO("\n".join(cleaned) + "\n") if line.strip()]
     assert len(out) == len(non_empty)

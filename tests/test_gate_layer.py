@@ -143,3 +143,33 @@ def test_batch_keeps_order_and_reports_bad_lines(proj: Path, tmp_path: Path,
     assert "not a directory" in results[4]["error"]
     assert "JSON" in results[5]["error"]
     assert "error" in results[6]
+
+
+def test_batch_answers_every_line_after_hostile_ones(proj: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15, item 11: one line of deeply nested JSON used to end the batch with a RecursionError."""
+    from guardrail.gate import cli as gate_cli
+
+    monkeypatch.setattr(gate_cli, "_MAX_LINE_BYTES", 200_000, raising=False)
+
+    def case(case_id: str) -> bytes:
+        return json.dumps({"id": case_id, "workspace": str(proj), "action": {"kind": "shell",
+                                                                            "command": "cat x.txt"}}).encode()
+
+    lines = [
+        b"[" * 100_000 + b"]" * 100_000,  # RecursionError in the JSON decoder
+        case("ok1"),
+        b'{"id": "big-int", "workspace": "x", "n": ' + b"9" * 5000 + b"}",  # int() digit limit: ValueError
+        b'{"id": 7, "action": \xff\xfe}',  # not UTF-8, not JSON
+        b"x" * 300_000,  # over the line cap: skipped unread
+        case("ok2"),
+    ]
+    batch = tmp_path / "hostile.jsonl"
+    batch.write_bytes(b"\n".join(lines) + b"\n")
+    code, out = run_cli(["check", "--batch", str(batch), "--json"], capsys=capsys)
+    results = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(results) == len(lines)
+    assert [r["id"] for r in results] == [None, "ok1", "big-int", 7, None, "ok2"]
+    assert [("error" in r) for r in results] == [True, False, True, True, True, False]
+    assert "RecursionError" in results[0]["error"] and "longer than" in results[4]["error"]
+    assert results[5]["hallucinated"]

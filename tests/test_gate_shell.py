@@ -174,3 +174,24 @@ def test_unittest_style_class_missing_method_is_false_but_unknown_base_is_unknow
     assert violated(gate, "pytest tests/ut_tests.py::Child::test_a") == []
     assert [n for n, _ in violated(gate, "pytest tests/ut_tests.py::Child::test_z")] == ["pytest_target_exists"]
     assert violated(gate, "pytest tests/ut_tests.py::Mixed::test_z") == []
+
+
+# Issue 15, item 10: valid shell the gate used to block (a case pattern or a function name taken for a command).
+@pytest.mark.parametrize("command", [
+    'case "$1" in start) echo hi;; stop) echo bye;; esac',
+    "case $x in\n  start|stop) echo run ;;\n  *) echo other ;;\nesac",
+    "greet() { echo hi; }; greet",
+    "greet () {\n  ls\n}\ngreet world",
+    "function greet { echo hi; }; greet",
+    "function greet() { case $1 in a) echo a;; esac; }; greet a",
+    "f() ( cd /tmp ); f",
+])
+def test_case_patterns_and_shell_functions_are_not_commands(gate: Gate, command: str) -> None:
+    assert violated(gate, command) == []
+
+
+def test_commands_beside_case_and_functions_are_still_checked(gate: Gate) -> None:
+    assert violated(gate, "nosuchcmd_a; case $1 in a) echo a;; esac") == [("executable_available", ("nosuchcmd_a",))]
+    assert violated(gate, "nosuchcmd_b && greet() { echo hi; }") == [("executable_available", ("nosuchcmd_b",))]
+    commands = split_commands("greet() { rm -rf x; }; greet")
+    assert [c.defines for c in commands] == ["greet", None] and commands[1].words == ["greet"]

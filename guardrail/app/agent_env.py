@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from guardrail.core.guard import Guard
-from guardrail.gate.index import ModuleIndex, TargetPython
+from guardrail.gate.index import TargetPython
+from guardrail.gate.layer import Gate
 from guardrail.gate.scope import normalize_dist
 
 __all__ = ["AgentEnvironment", "EnvironmentError_", "read_environment"]
@@ -95,9 +96,8 @@ class AgentEnvironment:
         changed = 0
         for layer in guard.layers:
             gate = getattr(layer, "gate", None)
-            if gate is not None and hasattr(gate, "path_env"):
-                gate.path_env = os.pathsep.join([str(bin_dir), _SYSTEM_PATH])
-                gate._index, gate._index_error = ModuleIndex(target), None  # the stand-in replaces the interpreter
+            if isinstance(gate, Gate):
+                gate.use_target(target, path_env=os.pathsep.join([str(bin_dir), _SYSTEM_PATH]))
                 changed += 1
         return changed
 

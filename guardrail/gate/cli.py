@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import re
 import sys
-from typing import Any, TextIO
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from guardrail.core.cliutil import Command, emit_json
-from guardrail.gate.layer import EditorState, Gate, GateState
+from guardrail.gate.layer import EditorState, Gate, GateState, resolve_python
 
 __all__ = ["CHECK", "check_case"]
 
-_MAX_LINE_CHARS = 10_000_000
+_MAX_LINE_BYTES = 10_000_000
+# The case id, when a line that cannot be used still shows one near its start (`{"id": 7, ...`).
+_LEADING_ID = re.compile(r'^\s*\{\s*"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d{1,30}|null)')
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,34 +58,72 @@ def check_case(case: Any, gates: dict[tuple[str, str | None], Gate], *, budget_s
         return {"id": case_id, "error": "'state' must be an object"}
     open_file = raw_state.get("open_file")
     state = GateState(cwd=cwd, editor=EditorState(open_file if isinstance(open_file, str) else None))
+    # A relative interpreter path is the agent's: it resolves against the agent's cwd.
+    python = resolve_python(python, os.path.normpath(os.path.join(os.path.abspath(workspace), cwd or ".")))
     key = (os.path.abspath(workspace), python)
     gate = gates.get(key)
     if gate is None:
         gate = gates[key] = Gate(workspace, python=python, budget_s=budget_s)
+        gate.index()  # setup, once per workspace and interpreter: not part of any decision's budget
     report = gate.check(action, state)
     if report.error:
         return {"id": case_id, "error": report.error}
     return report.to_json(case_id)
 
 
-def _run_batch(stream: TextIO, budget_s: float) -> int:
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line) for each line, or (number, None) for a line over the size cap (skipped unread)."""
+    for line_no in range(1, sys.maxsize):
+        line = stream.readline(_MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > _MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while True:  # drop the rest of the line without holding it
+                rest = stream.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield line_no, None
+            continue
+        yield line_no, line
+
+
+def _leading_id(text: str) -> Any:
+    match = _LEADING_ID.match(text[:1000])
+    if match is None:
+        return None
+    try:
+        return json.loads(match.group(1))
+    except ValueError:
+        return None
+
+
+def _run_batch(stream: BinaryIO, budget_s: float) -> int:
+    """One output line per input line, whatever the line holds; the exit status is 0."""
     gates: dict[tuple[str, str | None], Gate] = {}
-    for line_no, line in enumerate(stream, 1):
-        if not line.strip():
+    for line_no, raw in _lines(stream):
+        if raw is None:
+            emit_json({"id": None, "error": f"line {line_no} is longer than {_MAX_LINE_BYTES} bytes"})
             continue
-        if len(line) > _MAX_LINE_CHARS:
-            emit_json({"id": None, "error": f"line {line_no} is longer than {_MAX_LINE_CHARS} characters"})
+        text = raw.decode("utf-8", errors="replace")
+        if not text.strip():
             continue
         try:
-            case = json.loads(line)
+            case = json.loads(text)
         except json.JSONDecodeError as exc:
-            emit_json({"id": None, "error": f"line {line_no} is not JSON: {exc.msg} at column {exc.colno}"})
+            emit_json({"id": _leading_id(text),
+                       "error": f"line {line_no} is not JSON: {exc.msg} at column {exc.colno}"})
+            continue
+        except (ValueError, RecursionError, MemoryError) as exc:  # nested too deep, a number too long...
+            emit_json({"id": _leading_id(text),
+                       "error": f"line {line_no} cannot be read: {type(exc).__name__}: {str(exc)[:200]}"})
             continue
         try:
-            emit_json(check_case(case, gates, budget_s=budget_s))
+            result = check_case(case, gates, budget_s=budget_s)
+            emit_json(result)
         except Exception as exc:  # noqa: BLE001 - one bad case never stops the batch
             case_id = case.get("id") if isinstance(case, dict) else None
-            emit_json({"id": case_id, "error": f"internal error: {type(exc).__name__}: {exc}"[:1000]})
+            emit_json({"id": case_id if isinstance(case_id, str | int | float | None) else str(case_id)[:200],
+                       "error": f"internal error: {type(exc).__name__}: {exc}"[:1000]})
     return 0
 
 
@@ -88,9 +131,10 @@ def _run(args: argparse.Namespace) -> int:
     budget_s = args.budget_ms / 1000.0
     if args.batch:
         if args.batch == "-":
-            return _run_batch(sys.stdin, budget_s)
+            stdin = getattr(sys.stdin, "buffer", None) or io.BytesIO(sys.stdin.read().encode("utf-8", "replace"))
+            return _run_batch(stdin, budget_s)
         try:
-            with open(args.batch, encoding="utf-8", errors="replace") as stream:
+            with open(args.batch, "rb") as stream:
                 return _run_batch(stream, budget_s)
         except OSError as exc:
             print(f"guardrail check: cannot read {args.batch}: {exc.strerror}", file=sys.stderr)

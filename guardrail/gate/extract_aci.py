@@ -153,10 +153,12 @@ def extract_aci(command: str, scope: Scope, open_file: str | None, *,
         path = scope.resolve(args[0])
         out.append(Predicate("file_exists", (path,), True, "aci", hedge=scope.hedge()))
         if len(args) == 2:
-            out.append(Predicate("editor_line_in_range", (path, int(args[1])), True, "aci"))
+            if not re.fullmatch(r"\d+", args[1]):
+                return bad(f"line number {args[1]!r} is not an integer")
+            out.append(Predicate("editor_line_in_range", (path, _line_number(args[1])), True, "aci"))
     elif name == "goto":
         if need_open():
-            out.append(Predicate("editor_line_in_range", (open_file, int(args[0])), True, "aci"))
+            out.append(Predicate("editor_line_in_range", (open_file, _line_number(args[0])), True, "aci"))
     elif name in ("scroll_up", "scroll_down"):
         need_open()
     elif name == "create":
@@ -168,9 +170,9 @@ def extract_aci(command: str, scope: Scope, open_file: str | None, *,
         _edit(form, args, scope, open_file, out, bad, need_open)
     elif name == "insert":
         if need_open() and len(args) == 2:
-            out.append(Predicate("editor_line_in_range", (open_file, int(args[1]), "insert"), True, "aci"))
+            out.append(Predicate("editor_line_in_range", (open_file, _line_number(args[1]), "insert"), True, "aci"))
     elif name == "set_cursors":
-        start, end = int(args[0]), int(args[1])
+        start, end = _line_number(args[0]), _line_number(args[1])
         if end < start:
             return bad(f"end line {end} is before start line {start}")
         if need_open():
@@ -200,7 +202,7 @@ def _edit(form: BundleCommand, args: list[str], scope: Scope, open_file: str | N
         if match is None:
             bad(f"{args[0]!r} is not <start_line>:<end_line>")
             return
-        start, end = int(match.group(1)), int(match.group(2))
+        start, end = _line_number(match.group(1)), _line_number(match.group(2))
         if end < start - 1:
             bad(f"end line {end} is before start line {start}")
             return
@@ -210,3 +212,9 @@ def _edit(form: BundleCommand, args: list[str], scope: Scope, open_file: str | N
     # search/replace, rewrite and cursor edits work on the open file's window; the text to find may occur
     # more than once (the first occurrence in the window is replaced), so no uniqueness predicate here.
     need_open()
+
+
+def _line_number(digits: str) -> int:
+    """A decimal line number; one too long for int() (over 4300 digits) is a number past the end of any file."""
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= 18 else 10**18

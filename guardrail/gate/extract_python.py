@@ -5,14 +5,18 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import time
 from dataclasses import replace
 
+from guardrail.gate import budget
+from guardrail.gate.budget import PARSE_COST
 from guardrail.gate.predicates import Predicate
 from guardrail.gate.scope import Scope
 
 __all__ = ["MAX_CODE_CHARS", "extract_python"]
 
-MAX_CODE_CHARS = 500_000  # larger code is not analysed (its predicates are omitted)
+MAX_CODE_CHARS = 500_000  # larger code is not analysed: one explicit unknown instead of its predicates
+_CHEAP_CODE_CHARS = 4_000  # shorter code parses in well under a millisecond: no cost estimate needed
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
 # Calls whose first string argument is a file the call reads.
@@ -29,13 +33,24 @@ _DIR_CALLS = {("os", "listdir"), ("os", "scandir"), ("os", "chdir")}
 
 def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessary: bool, origin: str,
                    target_version: tuple[int, ...] | None = None) -> list[Predicate]:
-    """Predicates the code assumes. `search` is what the run puts in front of sys.path (cwd or script dir)."""
+    """Predicates the code assumes. `search` is what the run puts in front of sys.path (cwd or script dir).
+
+    Raises `budget.BudgetExceeded` when parsing the code would not fit in the decision's deadline.
+    """
     if len(code) > MAX_CODE_CHARS:
-        return []
+        return [Predicate("analysis_complete", (origin, f"{len(code)} characters of code is over the "
+                                                        f"{MAX_CODE_CHARS} analysed", "limit"), False, origin)]
+    # Typical action code is a few lines: its parse costs microseconds and is not worth estimating.
+    units = budget.python_parse_units(code) if len(code) > _CHEAP_CODE_CHARS else 0
+    if units:
+        PARSE_COST.afford(units, f"parsing the {origin} code")
+    started = time.perf_counter()
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # not Python we can read: a syntax error is not a state predicate
+    if units:
+        PARSE_COST.observe(units, time.perf_counter() - started)
     walker = _Walker(scope, tuple(search) + scope.pythonpath, necessary, origin)
     try:
         walker.visit(tree)
@@ -45,6 +60,8 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
     context = tuple(sorted(walker.imported_modules))
     predicates = [replace(p, context=context) if p.name == "attribute_defined" else p for p in walker.predicates]
     if target_version is not None and tuple(target_version[:2]) < sys.version_info[:2]:
+        if units:
+            PARSE_COST.afford(units * (sys.version_info[1] - target_version[1] + 1), "checking the syntax version")
         version = _syntax_version_problem(code, (target_version[0], target_version[1]))
         if version is not None:
             predicates.append(Predicate(
@@ -84,6 +101,13 @@ class _Walker(ast.NodeVisitor):
         self.rebound: set[str] = set()
         self.seen: set[tuple[str, tuple[object, ...]]] = set()
         self.written: set[str] = set()
+        self.visited = 0
+
+    def visit(self, node: ast.AST) -> None:
+        self.visited += 1
+        if not self.visited & 1023:  # the walk is pure Python: keep the decision's deadline while it runs
+            budget.check("analysing the code")
+        super().visit(node)
 
     def add(self, name: str, *args: object, necessary: bool | None = None) -> None:
         key = (name, args)

@@ -12,22 +12,25 @@ import functools
 import os
 import re
 import shlex
+import time
 from dataclasses import dataclass, field, replace
 
 import bashlex
 
+from guardrail.gate.budget import SHELL_PARSE_COST, BudgetExceeded
 from guardrail.gate.extract_python import extract_python
-from guardrail.gate.fsview import read_text_capped
 from guardrail.gate.predicates import Predicate
 from guardrail.gate.scope import Scope, normalize_dist
 
 __all__ = ["MAX_COMMAND_CHARS", "SimpleCommand", "extract_shell", "split_commands"]
 
-MAX_COMMAND_CHARS = 100_000
+MAX_COMMAND_CHARS = 100_000  # a longer command line is not analysed: one explicit unknown
+MAX_BASHLEX_CHARS = 16_000  # bashlex is pure Python (20-130 us a character): longer complex lines are not parsed
 _MAX_DEPTH = 3  # bash -c "bash -c ..." nesting followed
 
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
-_COMPLEX = re.compile(r"\$\(|`|(^|[\s;&|])(if|for|while|until|case|function)\s|(^|[;&|]\s*)[({]")
+_COMPLEX = re.compile(r"\$\(|`|(^|[\s;&|])(if|for|while|until|case|function)\s|(^|[;&|]\s*)[({]"
+                      r"|(^|[\s;&|])[A-Za-z_][\w.:-]*\s*\(\s*\)")  # ... or a function definition: name() {
 _OPERATORS = {"&&", "||", ";", "|", "&", "\n", ";;", "|&"}
 _REDIRECTS = {">", ">>", "<", "&>", ">&", "&>>", ">|", "<>", "<<<"}
 _SHELL_BUILTINS = {
@@ -76,15 +79,22 @@ class SimpleCommand:
     heredoc: str | None = None
     dynamic: set[int] = field(default_factory=set)  # indexes of words with $vars, globs or substitutions
     subshell: bool = False
+    defines: str | None = None  # a shell function definition (name() {...} / function name {...}): its name
 
 
 def extract_shell(command: str, scope: Scope, *, python_version: tuple[int, ...] | None = None) -> list[Predicate]:
     """Predicates a shell line assumes; `scope` is advanced through it (cwd, created files, installs)."""
     if len(command) > MAX_COMMAND_CHARS:
-        return []
+        return [_not_analysed("the command line", f"{len(command)} characters is over the "
+                                                  f"{MAX_COMMAND_CHARS} analysed", "limit")]
     predicates: list[Predicate] = []
     _Interpreter(scope, predicates, python_version).run(split_commands(command))
     return predicates
+
+
+def _not_analysed(subject: str, why: str, kind: str, origin: str = "action") -> Predicate:
+    """An explicit unknown for a part of the action extraction did not look at (never blocks)."""
+    return Predicate("analysis_complete", (subject, why, kind), False, origin)
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -93,7 +103,13 @@ def split_commands(command: str) -> list[SimpleCommand]:
     text, heredocs = _cut_heredocs(command.replace("\\\n", ""))
     commands: list[SimpleCommand] | None = None
     if _COMPLEX.search(text):
+        if len(text) > MAX_BASHLEX_CHARS:
+            raise BudgetExceeded(f"a {len(text)}-character line with substitutions or control flow (at most "
+                                 f"{MAX_BASHLEX_CHARS} are parsed)", limit=True)
+        SHELL_PARSE_COST.afford(len(text), "parsing the command line")
+        started = time.perf_counter()
         commands = _split_bashlex(text)
+        SHELL_PARSE_COST.observe(len(text), time.perf_counter() - started, min_units=500)
     if commands is None:
         commands = _split_shlex(text)
     for cmd in commands:
@@ -182,6 +198,90 @@ def _tokens(text: str) -> list[tuple[str, str]] | None:
     return out
 
 
+def _shape(tokens: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Compound commands the fast path understands: case patterns are dropped and their branch bodies'
+    words marked dynamic (kind ``dword``), a function definition becomes one ``def`` token (its body may
+    never run; calling it is what counts)."""
+    out: list[tuple[str, str]] = []
+    cases: list[str] = []  # one state per open `case`: head (until `in`), pattern (until `)`), body
+    at_start = True
+    i = 0
+    while i < len(tokens):
+        kind, token = tokens[i]
+        state = cases[-1] if cases else ""
+        if state == "head":
+            if kind == "word" and token == "in":
+                cases[-1] = "pattern"
+            i += 1
+            continue
+        if state == "pattern":
+            if kind == "word" and token == "esac":
+                cases.pop()
+            elif kind == "op" and token == ")":
+                cases[-1] = "body"
+                at_start = True
+            i += 1
+            continue
+        if kind == "word" and at_start:
+            if token == "case":
+                cases.append("head")
+                i += 1
+                continue
+            if token == "esac" and state == "body":
+                cases.pop()
+                at_start = False
+                i += 1
+                continue
+            name, body = _function_head(tokens, i)
+            if name is not None:
+                out += [("def", name), ("op", ";")]
+                i = _skip_body(tokens, body)
+                continue
+        if kind == "op" and token == ";;" and state == "body":
+            out.append(("op", ";"))
+            cases[-1] = "pattern"
+            i += 1
+            continue
+        out.append(("dword" if state == "body" and kind == "word" else kind, token))
+        at_start = kind == "op" and token not in _REDIRECTS and token not in ("<<", ")")
+        i += 1
+    return out
+
+
+def _function_head(tokens: list[tuple[str, str]], i: int) -> tuple[str | None, int]:
+    """(the function's name, where its body starts) when tokens[i] starts `name ()` or `function name [()]`."""
+    kind, token = tokens[i]
+    if token == "function" and i + 1 < len(tokens) and tokens[i + 1][0] == "word":
+        j = i + 2
+        if tokens[j:j + 2] == [("op", "("), ("op", ")")]:
+            j += 2
+        return tokens[i + 1][1], j
+    if tokens[i + 1:i + 3] == [("op", "("), ("op", ")")] and re.fullmatch(r"[A-Za-z_][\w.:-]*", token):
+        return token, i + 3
+    return None, i
+
+
+def _skip_body(tokens: list[tuple[str, str]], j: int) -> int:
+    """The index after a function body: a { ... } group or a ( ... ) subshell (nesting counted)."""
+    while j < len(tokens) and tokens[j] == ("op", "\n"):
+        j += 1
+    if j >= len(tokens):
+        return j
+    opener = tokens[j]
+    if opener not in (("word", "{"), ("op", "(")):
+        return j
+    closer = ("word", "}") if opener[0] == "word" else ("op", ")")
+    depth = 0
+    for k in range(j, len(tokens)):
+        if tokens[k] == opener:
+            depth += 1
+        elif tokens[k] == closer:
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return len(tokens)
+
+
 def _split_shlex(text: str) -> list[SimpleCommand]:
     tokens = _tokens(text)
     if tokens is None:  # unbalanced quotes: shlex's best effort, then a plain split
@@ -195,6 +295,7 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
             words = text.replace("\n", " ; ").split()
         tokens = [("op" if w in _OPERATORS or w in _REDIRECTS or w in ("(", ")", "<<") else
                    "dword" if _is_dynamic(w) else "word", w) for w in words]
+    tokens = _shape(tokens)
     commands: list[SimpleCommand] = []
     current = SimpleCommand([])
     i = 0
@@ -202,6 +303,11 @@ def _split_shlex(text: str) -> list[SimpleCommand]:
         kind, token = tokens[i]
         if kind == "fd":
             pass  # "2>" : the fd number belongs to the redirection that follows
+        elif kind == "def":
+            if current.words or current.redirects:
+                commands.append(current)
+            commands.append(SimpleCommand([], defines=token))
+            current = SimpleCommand([])
         elif kind == "op" and (token in _OPERATORS or set(token) <= set(";&|\n")) and token not in _REDIRECTS:
             current.next_op = token.strip() or ";"
             if current.words or current.redirects:
@@ -293,7 +399,14 @@ def _walk_bashlex(node: object, out: list[SimpleCommand], *, subshell: bool) -> 
     if kind == "pipe" and out:
         out[-1].next_op = "|"
         return
-    if kind in ("for", "while", "until", "if", "case", "function"):
+    if kind == "function":
+        # Defining a function runs nothing: its name becomes a command (what calling it does is unknown).
+        name = next((getattr(p, "word", "") for p in getattr(node, "parts", []) if getattr(p, "kind", "") == "word"),
+                    "")
+        if name:
+            out.append(SimpleCommand([], defines=name))
+        return
+    if kind in ("for", "while", "until", "if", "case"):
         # Loop and branch bodies may not run or run with unknown values: their words count as dynamic.
         start = len(out)
         for part in getattr(node, "parts", []) or []:
@@ -386,6 +499,9 @@ class _Interpreter:
         saved_cwd: str | None = None
         guards = _or_guards(commands)
         for index, cmd in enumerate(commands):
+            if cmd.defines is not None:
+                self.scope.functions.add(cmd.defines)
+                continue
             if cmd.subshell and saved_cwd is None:
                 saved_cwd = self.scope.cwd
             elif not cmd.subshell and saved_cwd is not None:
@@ -469,7 +585,10 @@ class _Interpreter:
         if name == "popd":
             self.scope.cwd_unknown = "popd changes to a directory stack entry"
             return
-        if name in self.scope.functions or (name in _SHELL_BUILTINS and "/" not in program):
+        if name in self.scope.functions and "/" not in program:
+            self.scope.opaque = self.scope.opaque or f"the shell function `{name}` may create files"
+            return
+        if name in _SHELL_BUILTINS and "/" not in program:
             if name in ("source", ".") and args and 0 not in args_dynamic:
                 self.path("file_exists", args[0])
             if name == "export":
@@ -570,7 +689,7 @@ class _Interpreter:
         for source in sources:
             self.path("path_exists", source)
         dest_path = self.scope.resolve(dest)
-        if os.path.isdir(dest_path) or self.scope.created.get(dest_path, "") is None:
+        if self.scope.is_dir(dest_path) or self.scope.created.get(dest_path, "") is None:
             for source in sources:
                 self.scope.create(os.path.join(dest_path, os.path.basename(source)))
         else:
@@ -805,11 +924,14 @@ class _Interpreter:
             text = self.scope.created.get(resolved)
         else:
             self.add("file_exists", resolved)
-            text = read_text_capped(resolved) if os.path.isfile(resolved) else None
+            text = self.scope.read_source(resolved)
         if text is not None:
             # The script's own assumptions are reported but never block: running it may be the diagnosis.
-            self.out.extend(extract_python(text, self.scope, search=search, necessary=False,
-                                           origin=f"script {arg}", target_version=self.python_version))
+            try:
+                self.out.extend(extract_python(text, self.scope, search=search, necessary=False,
+                                               origin=f"script {arg}", target_version=self.python_version))
+            except BudgetExceeded as exc:
+                self.out.append(_not_analysed(f"script {arg}", str(exc), "budget", f"script {arg}"))
         self.scope.opaque = self.scope.opaque or f"an earlier `python {arg}` may create files"
 
     def module_run(self, module: str, rest: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:

@@ -1,26 +1,34 @@
 """A static module and symbol index of the target interpreter's sys.path and the workspace.
 
 Nothing here imports, executes or writes anything of the workspace or of the target's
-packages: the target interpreter is asked once for its paths (``-I -S``, from a directory
-outside the workspace, so no cwd entry, no ``.pth`` code, no sitecustomize runs), ``.pth``
-files are read as text, modules are found by listing directories the way the import
-system's FileFinder does, and symbol tables come from ASTs. Parsed files are cached by
-(path, mtime, size) so repeated actions on one workspace stay sub-millisecond.
+packages: the target's paths come from `guardrail.gate.interpreter` (which never runs what the
+agent can write), modules are found by listing directories the way the import system's
+FileFinder does, through the confined `FsView`, and symbol tables come from ASTs. Parsed files
+are cached by (path, mtime, size) so repeated actions on one workspace stay sub-millisecond; a
+file is parsed only when it is small enough and its estimated cost fits in the decision's budget.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
+import collections
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from guardrail.gate.fsview import list_dir, path_state, read_text_capped
+from guardrail.gate import budget
+from guardrail.gate.fsview import PathState
+from guardrail.gate.interpreter import _TARGETS, TargetPython, TargetPythonError, target_python
+from guardrail.gate.view import FsView, local_view
 
 __all__ = [
     "ClassInfo",
@@ -31,150 +39,14 @@ __all__ = [
     "ModuleSymbols",
     "TargetPython",
     "TargetPythonError",
+    "MAX_PARSE_BYTES",
     "module_symbols",
     "target_python",
 ]
 
-_QUERY = r"""
-import sys, json, os, site, importlib.machinery as m
-# What site.venv() would do (it does not run under -S): a pyvenv.cfg next to the executable makes
-# the venv the prefix, plus the base prefix when it includes system site-packages.
-exe_dir = os.path.dirname(os.path.abspath(sys.executable))
-prefixes = [sys.prefix, sys.exec_prefix]
-for cfg_path in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
-    if os.path.isfile(cfg_path):
-        prefixes = [os.path.dirname(cfg_path)]
-        with open(cfg_path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                k, _, v = line.partition("=")
-                if k.strip() == "include-system-site-packages" and v.strip().lower() == "true":
-                    prefixes += [sys.base_prefix, sys.base_exec_prefix]
-        break
-print(json.dumps({
-    "executable": sys.executable,
-    "path": [p for p in sys.path if p],
-    "site": site.getsitepackages(prefixes),
-    "builtins": list(sys.builtin_module_names),
-    "stdlib": sorted(getattr(sys, "stdlib_module_names", ())),
-    "version": list(sys.version_info[:3]),
-    "ext": list(m.EXTENSION_SUFFIXES),
-}))
-"""
-
-
-class TargetPythonError(RuntimeError):
-    """The target interpreter could not be asked for its paths (missing, not Python, timed out)."""
-
-
-@dataclass(frozen=True)
-class TargetPython:
-    """What the agent's interpreter would search, learned without running any of its packages' code."""
-
-    executable: str
-    sys_path: tuple[str, ...]
-    builtins: frozenset[str]
-    stdlib: frozenset[str]
-    version: tuple[int, int, int]
-    ext_suffixes: tuple[str, ...]
-    editable: dict[str, str] = field(default_factory=dict)  # top-level name -> path, from editable finders
-    import_hooks: tuple[str, ...] = ()  # .pth import lines this index did not run (they may add modules)
-
-
-_TARGETS: dict[tuple[str, int], TargetPython] = {}
-_TARGETS_LOCK = threading.Lock()
-
-
-def target_python(python: str | None = None, *, timeout_s: float = 10.0) -> TargetPython:
-    """The target interpreter's search path (asked once per executable and mtime, then cached)."""
-    exe = python or sys.executable
-    try:
-        mtime = os.stat(exe).st_mtime_ns
-    except OSError as exc:
-        raise TargetPythonError(f"target interpreter {exe!r} not found: {exc.strerror}") from exc
-    key = (exe, mtime)
-    cached = _TARGETS.get(key)
-    if cached is not None:
-        return cached
-    # -I: no cwd/script dir on sys.path, no PYTHON* variables, no user site; -S: no site module, so
-    # no .pth line and no sitecustomize runs. cwd is a fresh temp dir: nothing of a workspace is near.
-    with tempfile.TemporaryDirectory(prefix="guardrail-syspath-") as neutral:
-        try:
-            proc = subprocess.run(
-                [exe, "-I", "-S", "-c", _QUERY], cwd=neutral, capture_output=True, text=True,
-                timeout=timeout_s, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise TargetPythonError(f"cannot run target interpreter {exe!r}: {exc}") from exc
-    if proc.returncode != 0:
-        raise TargetPythonError(f"target interpreter {exe!r} failed: {proc.stderr.strip()[-500:]}")
-    try:
-        facts = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise TargetPythonError(f"target interpreter {exe!r} gave no path list: {exc}") from exc
-    entries = list(facts["path"])
-    editable: dict[str, str] = {}
-    hooks: list[str] = []
-    for site_dir in facts["site"]:
-        if os.path.isdir(site_dir) and site_dir not in entries:
-            entries.append(site_dir)
-            _read_pth_files(site_dir, entries, editable, hooks)
-    target = TargetPython(
-        executable=facts["executable"] or exe,
-        sys_path=tuple(entries),
-        builtins=frozenset(facts["builtins"]),
-        stdlib=frozenset(facts["stdlib"]),
-        version=tuple(facts["version"]),  # type: ignore[arg-type]
-        ext_suffixes=tuple(facts["ext"]),
-        editable=editable,
-        import_hooks=tuple(hooks),
-    )
-    with _TARGETS_LOCK:
-        _TARGETS[key] = target
-    return target
-
-
-def _read_pth_files(site_dir: str, entries: list[str], editable: dict[str, str], hooks: list[str]) -> None:
-    """Apply a site dir's .pth path lines as site.py would, reading import lines instead of running them."""
-    names = sorted(n for n in (list_dir(site_dir) or ()) if n.endswith(".pth"))
-    for name in names:
-        text = read_text_capped(os.path.join(site_dir, name), 1 << 20)
-        if text is None:
-            continue
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith(("import ", "import\t")):
-                hooks.append(f"{name}: {line[:200]}")
-                for word in line.replace(";", " ").split():
-                    if word.startswith("__editable__") and word.endswith("_finder"):
-                        editable.update(_editable_mapping(os.path.join(site_dir, word + ".py")))
-                continue
-            path = os.path.join(site_dir, line)
-            if os.path.isdir(path) and path not in entries:
-                entries.append(path)
-
-
-def _editable_mapping(finder_path: str) -> dict[str, str]:
-    """The MAPPING literal of a setuptools editable finder (name -> source path), read from its AST."""
-    text = read_text_capped(finder_path, 1 << 20)
-    if text is None:
-        return {}
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets) and node.value is not None:  # type: ignore[attr-defined]
-            try:
-                value = ast.literal_eval(node.value)  # type: ignore[attr-defined]
-            except (ValueError, SyntaxError, TypeError):
-                return {}
-            if isinstance(value, dict):
-                return {str(k): str(v) for k, v in value.items()}
-    return {}
+MAX_PARSE_BYTES = 1024 * 1024  # a larger module is not parsed (its AST could take a GB): unknown
+_INLINE_PARSE_S = 0.05  # a parse estimated longer than this goes to the parse worker (it would hold the GIL)
+_ = _TARGETS  # re-exported: the gate benchmark empties it for its fully cold figure
 
 
 # --------------------------------------------------------------------------- symbol tables
@@ -207,34 +79,97 @@ class ModuleSymbols:
     dynamic_imports: bool = False  # importlib.import_module/__import__ at module level: more modules may load
 
 
-_SYMBOLS: dict[str, tuple[int, int, ModuleSymbols]] = {}
-_SYMBOLS_LOCK = threading.Lock()
+_SYMBOLS: dict[tuple[str, str], tuple[int, int, ModuleSymbols]] = {}
 _DYNAMIC_CALLS = {"globals", "exec", "vars", "locals"}
 _READ_ONLY_METHODS = {"get", "keys", "items", "values", "copy", "__contains__", "__getitem__"}
 
 
-def module_symbols(path: str) -> ModuleSymbols:
-    """The symbol table of a Python source file, cached by (path, mtime, size)."""
-    state = path_state(path)
-    if state.kind != "file":
-        return ModuleSymbols(error=f"{path} is not a readable file ({state.kind})")
-    cached = _SYMBOLS.get(path)
-    if cached is not None and cached[0] == state.mtime_ns and cached[1] == state.size:
-        return cached[2]
-    text = read_text_capped(path)
-    symbols = ModuleSymbols(error=f"{path} is too large or unreadable") if text is None else symbols_of_source(text)
-    with _SYMBOLS_LOCK:
-        if len(_SYMBOLS) > 20_000:
-            _SYMBOLS.clear()
-        _SYMBOLS[path] = (state.mtime_ns, state.size, symbols)
-    return symbols
+def module_symbols(path: str, fs: FsView | None = None) -> ModuleSymbols:
+    """The symbol table of a Python source file, cached by (path, mtime, size).
+
+    Raises `budget.BudgetExceeded` (nothing cached) when parsing it would not fit in the decision's budget.
+    """
+    view = fs or local_view()
+
+    def compute(state: PathState) -> ModuleSymbols:
+        if state.kind != "file":
+            return ModuleSymbols(error=f"{path} is not a readable file ({state.kind})")
+        if state.size > MAX_PARSE_BYTES:
+            return ModuleSymbols(error=f"{path} is too large to analyse ({state.size} bytes)")
+        text = view.read_text(path, MAX_PARSE_BYTES)
+        if text is None:
+            return ModuleSymbols(error=f"{path} is too large or unreadable")
+        units = budget.python_parse_units(text)
+        deadline = budget.current()
+        if deadline is None or budget.PARSE_COST.estimate(units) <= min(deadline.remaining(), _INLINE_PARSE_S):
+            started = time.perf_counter()
+            symbols = symbols_of_source(text)
+            budget.PARSE_COST.observe(units, time.perf_counter() - started)
+            return symbols
+        # Too slow to parse here within the deadline: the worker parses it, and keeps it for the next decision.
+        from guardrail.gate.parse_worker import parse_worker
+
+        # Half of what is left at most: the action's other predicates still get their turn.
+        answer = parse_worker().symbols((view.key, path, state.mtime_ns, state.size), text, deadline.remaining() / 2)
+        if answer is None:
+            raise budget.BudgetExceeded(f"parsing {os.path.basename(path)}, which goes on in the background")
+        return answer
+
+    return view.cached_by_file(_SYMBOLS, path, compute)
 
 
 def symbols_of_source(text: str) -> ModuleSymbols:
+    """The names a module binds, read from its AST; a pathological module is unknown, never an exception."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return ModuleSymbols(error=f"not parseable: {type(exc).__name__}")
+    try:
+        return _symbols_of_tree(tree, text)
+    except (RecursionError, MemoryError) as exc:  # e.g. subscripts nested hundreds deep
+        return ModuleSymbols(error=f"too deeply nested to analyse ({type(exc).__name__})")
+
+
+# Words a node must span for the whole-tree walk below to flag it. The walk is pure Python (a few
+# microseconds a node, more than the parse itself), so it descends only into statements and expressions
+# whose lines hold one of them: the same nodes are found, in the same order, at a fraction of the cost.
+_WALK_WORDS = ("global", "meta_path", "path_hooks", "globals", "__path__", "__all__", "modules")
+
+
+def _lines_with(text: str, words: Iterable[str]) -> list[int]:
+    """The sorted 1-based numbers of the lines on which any of `words` occurs."""
+    newlines: list[int] | None = None
+    found: set[int] = set()
+    for word in words:
+        at = text.find(word)
+        while at != -1:
+            if newlines is None:
+                newlines = [match.start() for match in re.finditer("\n", text)]
+            found.add(bisect.bisect_left(newlines, at) + 1)
+            at = text.find(word, at + len(word))
+    return sorted(found)
+
+
+def _spans(node: ast.AST, lines: list[int]) -> bool:
+    """Whether a node with a position spans one of `lines` (nodes without one, like a Module, always do)."""
+    start = getattr(node, "lineno", None)
+    if start is None:
+        return True
+    index = bisect.bisect_left(lines, start)
+    return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+
+def _walk_near(tree: ast.AST, lines: list[int]) -> Iterator[ast.AST]:
+    """`ast.walk` (breadth first, same order) restricted to the nodes that span one of `lines`."""
+    todo = collections.deque([tree])
+    while todo:
+        node = todo.popleft()
+        if _spans(node, lines):
+            todo.extend(ast.iter_child_nodes(node))
+            yield node
+
+
+def _symbols_of_tree(tree: ast.Module, text: str) -> ModuleSymbols:
     names: set[str] = set()
     stars: list[tuple[str, int]] = []
     functions: set[str] = set()
@@ -244,11 +179,13 @@ def symbols_of_source(text: str) -> ModuleSymbols:
     for statement in tree.body:  # an unconditional top-level `del x` unbinds x
         if isinstance(statement, ast.Delete):
             names.difference_update(t.id for t in statement.targets if isinstance(t, ast.Name))
-    dynamic = _module_level_dynamic(tree.body)
+    dynamic_lines = _lines_with(text, _DYNAMIC_CALLS)
+    dynamic = _module_level_dynamic(tree.body, dynamic_lines) if dynamic_lines else None
     path_assigned = False
     import_hooks = False
     all_dynamic = False
-    for node in ast.walk(tree):
+    walk_lines = _lines_with(text, _WALK_WORDS)
+    for node in _walk_near(tree, walk_lines) if walk_lines else ():
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "__all__":
             all_dynamic = True  # __all__.extend(...), __all__.append(...)
         if isinstance(node, ast.Global):
@@ -289,7 +226,7 @@ def symbols_of_source(text: str) -> ModuleSymbols:
         exported_by_update = _globals_updates(tree.body, classes)
         if exported_by_update is not None:
             names |= exported_by_update
-            dynamic = _module_level_dynamic(tree.body, allow_update=True)
+            dynamic = _module_level_dynamic(tree.body, dynamic_lines, allow_update=True)
     _class_monkeypatches(tree.body, classes)
     imports, imported, dynamic_imports = _module_imports(tree.body)
     return ModuleSymbols(
@@ -304,13 +241,18 @@ def _called(node: ast.Call, name: str) -> bool:
     return isinstance(node.func, ast.Name) and node.func.id == name
 
 
-def _module_level_dynamic(body: list[ast.stmt], *, allow_update: bool = False) -> str | None:
+def _module_level_dynamic(body: list[ast.stmt], lines: list[int], *, allow_update: bool = False) -> str | None:
     """exec/globals()/vars()/locals() run by the module's own top level (not inside a def or class).
-    With `allow_update`, `globals().update(...)` calls already read statically do not count."""
+
+    `lines` are those on which one of the four names occurs: a subtree spanning none of them is skipped.
+    With `allow_update`, `globals().update(...)` calls already read statically do not count.
+    """
     stack: list[tuple[ast.AST, ast.AST | None]] = [(node, None) for node in body]
     while stack:
         node, parent = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if not _spans(node, lines):
             continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
             # globals().get(...) and friends only read; exec, globals() handed to a call, or .update write.
@@ -618,8 +560,9 @@ _MISSING_ROOT = "missing"
 class ModuleIndex:
     """Resolves dotted module names and their symbols against one target interpreter, statically."""
 
-    def __init__(self, target: TargetPython) -> None:
+    def __init__(self, target: TargetPython, fs: FsView | None = None) -> None:
         self.target = target
+        self.fs = fs or local_view()  # the gate passes its confined view; tests and tools the local one
         self._closures: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], frozenset[str],
                                                        str | None]] = {}
 
@@ -639,7 +582,7 @@ class ModuleIndex:
             parent = ".".join(parts[:depth])
             if info.kind in ("builtin", "extension"):
                 return ModuleInfo("unknown", info.kind, why=f"{parent} is compiled: its submodules are not listable")
-            if info.kind in ("source", "package") and module_symbols(info.path).import_hooks:
+            if info.kind in ("source", "package") and module_symbols(info.path, self.fs).import_hooks:
                 sub = self._find_in(parts[depth], info.portions, parent_info=info, parent=parent) \
                     if info.kind == "package" else ModuleInfo("missing")
                 if sub.status != "found":
@@ -654,13 +597,17 @@ class ModuleIndex:
                 return ModuleInfo("unknown", why=f"{parent} imports a module that installs an import hook")
         return info
 
+    def _mtime(self, path: str) -> int:
+        state = self.fs.stat(path)
+        return state.mtime_ns if state.exists else -1
+
     def _hooked(self, package: str, search: tuple[str, ...]) -> bool:
         """Whether importing `package` runs a module of it that installs an import hook (toolz's tlz)."""
         loaded, _ = self.closure([package], search, within=package, limit=50)
         for name in loaded:
             info = self.find(name, search, hooks=False)
             path = info.path if info is not None and info.kind in ("source", "package") else ""
-            if path and module_symbols(path).import_hooks:
+            if path and module_symbols(path, self.fs).import_hooks:
                 return True
         return False
 
@@ -672,9 +619,9 @@ class ModuleIndex:
             if name in self.target.editable:
                 where = self.target.editable[name]
                 init = os.path.join(where, "__init__.py")
-                if path_state(init).kind == "file":
+                if self.fs.stat(init).kind == "file":
                     return ModuleInfo("found", "package", init, (where,))
-                if path_state(where).kind == "file":
+                if self.fs.stat(where).kind == "file":
                     return ModuleInfo("found", "source", where)
                 return ModuleInfo("unknown", "editable", where, why="editable install mapping")
             if name in self.target.stdlib:
@@ -686,14 +633,15 @@ class ModuleIndex:
         portions: list[str] = []
         unsearchable: list[str] = []
         for directory in dirs:
-            entries = list_dir(directory)
+            entries = self.fs.list_dir(directory)
             if entries is None:
-                if path_state(directory).kind not in ("missing", "loop"):
-                    unsearchable.append(directory)  # a zip or an unreadable dir: the module may hide there
+                if self.fs.stat(directory).kind not in ("missing", "loop"):
+                    # a zip, an unreadable or huge dir, or one outside the roots: the module may hide there
+                    unsearchable.append(directory)
                 continue
             if name in entries:
                 sub = os.path.join(directory, name)
-                sub_entries = list_dir(sub)
+                sub_entries = self.fs.list_dir(sub)
                 if sub_entries is not None:
                     if "__init__.py" in sub_entries:
                         return ModuleInfo("found", "package", os.path.join(sub, "__init__.py"), (sub,))
@@ -713,7 +661,7 @@ class ModuleIndex:
         if unsearchable:
             return ModuleInfo("unknown", why=f"cannot list {unsearchable[0]}")
         if parent_info is not None and parent_info.kind == "package":
-            if module_symbols(parent_info.path).path_assigned:
+            if module_symbols(parent_info.path, self.fs).path_assigned:
                 return ModuleInfo("unknown", why=f"{parent} rewrites __path__")
         return ModuleInfo("missing", why=f"no module named {full!r}")
 
@@ -721,12 +669,12 @@ class ModuleIndex:
     def submodules(self, info: ModuleInfo) -> set[str]:
         found: set[str] = set()
         for portion in info.portions:
-            for entry in list_dir(portion) or ():
+            for entry in self.fs.list_dir(portion) or ():
                 stem, dot, ext = entry.partition(".")
                 if not stem.isidentifier() or stem == "__init__":
                     continue
                 if (dot and (ext == "py" or entry.endswith(self.target.ext_suffixes))) or (
-                    not dot and list_dir(os.path.join(portion, entry)) is not None
+                    not dot and self.fs.list_dir(os.path.join(portion, entry)) is not None
                 ):
                     found.add(stem)
         return found
@@ -735,7 +683,7 @@ class ModuleIndex:
         """Every importable top-level name (for repair hints)."""
         found = set(self.target.builtins) | set(self.target.editable)
         for directory in self.search_path(search):
-            for entry in list_dir(directory) or ():
+            for entry in self.fs.list_dir(directory) or ():
                 stem = entry.partition(".")[0]
                 if stem.isidentifier():
                     found.add(stem)
@@ -753,7 +701,7 @@ class ModuleIndex:
         names: set[str] = set()
         if info.kind == "namespace":
             return self.submodules(info), f"{dotted} is a namespace package: other portions may add names"
-        symbols = module_symbols(info.path)
+        symbols = module_symbols(info.path, self.fs)
         if symbols.error:
             return set(), symbols.error
         names |= symbols.names
@@ -769,12 +717,13 @@ class ModuleIndex:
             return names, unknown or "star imports nest too deep"
         package = dotted if info.kind == "package" else dotted.rpartition(".")[0]
         for module, level in symbols.star_imports:
+            budget.check(f"following the star imports of {dotted}")
             source = absolute_module(module, level, package)
             if source is None or source in _seen:
                 continue
             star_names, star_unknown = self.exported(source, search, _seen=_seen | {dotted}, submodules=False)
             star_info = self.find(source, search)
-            star_all = module_symbols(star_info.path).all_names if star_info.kind in ("source", "package") else None
+            star_all = module_symbols(star_info.path, self.fs).all_names if star_info.kind in ("source", "package") else None
             # `from m import *` binds m.__all__ when m defines it, else m's public names.
             names |= set(star_all) if star_all is not None else {n for n in star_names if not n.startswith("_")}
             unknown = unknown or star_unknown
@@ -788,7 +737,7 @@ class ModuleIndex:
         Cached until one of the files read, or a directory holding one, changes."""
         key = (tuple(modules), search, within, limit)
         cached = self._closures.get(key)
-        if cached is not None and all(_mtime(path) == mtime for path, mtime in cached[0]):
+        if cached is not None and all(self._mtime(path) == mtime for path, mtime in cached[0]):
             return set(cached[1]), cached[2]
         loaded, uncertain, stamp = self._closure(modules, search, within=within, limit=limit)
         if len(self._closures) > 5_000:
@@ -821,8 +770,8 @@ class ModuleIndex:
                         uncertain = uncertain or f"{name} is {info.kind}: its imports are not readable"
                     continue
                 for path in (info.path, os.path.dirname(info.path)):
-                    read[path] = _mtime(path)
-                symbols = module_symbols(info.path)
+                    read[path] = self._mtime(path)
+                symbols = module_symbols(info.path, self.fs)
                 if symbols.error or symbols.import_hooks or symbols.dynamic_imports or symbols.path_assigned:
                     uncertain = uncertain or f"{name} imports modules dynamically or installs an import hook"
                 package = name if info.kind == "package" else name.rpartition(".")[0]
@@ -839,11 +788,6 @@ class ModuleIndex:
         if todo:
             uncertain = uncertain or "the import closure is too large to follow"
         return loaded, uncertain, tuple(read.items())
-
-
-def _mtime(path: str) -> int:
-    state = path_state(path)
-    return state.mtime_ns if state.exists else -1
 
 
 # --------------------------------------------------------------------------- the running interpreter's stdlib
@@ -868,7 +812,7 @@ def stdlib_names(module: str, target_version: tuple[int, ...], stdlib: frozenset
     names: frozenset[str] | None = None
     with tempfile.TemporaryDirectory(prefix="guardrail-stdlib-") as neutral:
         try:
-            proc = subprocess.run([sys.executable, "-I", "-S", "-c", _DIR_QUERY, module], cwd=neutral,
+            proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _DIR_QUERY, module], cwd=neutral,
                                   capture_output=True, text=True, timeout=5.0,
                                   env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
             if proc.returncode == 0:

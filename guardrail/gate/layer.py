@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -13,13 +14,17 @@ from typing import Any
 
 from guardrail.core.events import Action, ActionKind, Finding, Result
 from guardrail.core.layer import EpisodeContext, Layer
+from guardrail.gate import budget
+from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
+from guardrail.gate.budget import BudgetExceeded, Deadline
 from guardrail.gate.extract_tool import ToolSchema, tool_schema
-from guardrail.gate.index import ModuleIndex, TargetPythonError, target_python
+from guardrail.gate.index import ModuleIndex, TargetPython, TargetPythonError
 from guardrail.gate.normalize import ActionError, extract, normalize_action
-from guardrail.gate.predicates import Predicate
+from guardrail.gate.predicates import Outcome, Predicate, ProbeResult
 from guardrail.gate.probe import Prober
-from guardrail.gate.report import GateReport
+from guardrail.gate.report import GateReport, repair_hint
 from guardrail.gate.scope import Scope
+from guardrail.gate.view import FsView
 
 __all__ = ["EditorState", "Gate", "GateLayer", "GateState"]
 
@@ -48,36 +53,85 @@ class GateState:
 class Gate:
     """Checks actions against one workspace and one target interpreter, read-only.
 
-    `workspace` is the repository root the agent works in; `cwd` the directory its commands
-    start in (default: the workspace); `python` the interpreter the agent's commands run
-    (default: this process's). `budget_s` bounds the probing of one action: predicates
-    left when it runs out are unknown and the report says so. `tools` maps tool names to a
+    `workspace` is the repository root the agent works in; `roots` any further directories the
+    agent can write (a scratch dir, /tmp): together they are the workspace roots. `cwd` is the
+    directory its commands start in (default: the workspace); `python` the interpreter the
+    agent's commands run (default: this process's; a relative path is resolved against `cwd`,
+    the way the agent's shell would). Nothing under the workspace roots is ever executed, and no
+    probe looks outside them and the target's import paths (plus the PATH directories, for
+    command names). `budget_s` is a hard deadline over the whole decision, hints included:
+    what it leaves undecided is unknown and the report says so. `tools` maps tool names to a
     JSON schema, an OpenAI/Anthropic tool dict or a Python callable, for `tool_args_valid`.
+    `backend` is where probes read (default: this machine's filesystem).
     """
 
     def __init__(self, workspace: str | os.PathLike[str], *, python: str | None = None,
                  cwd: str | os.PathLike[str] | None = None, budget_s: float = 0.25,
                  tools: Mapping[str, Mapping[str, Any] | Callable[..., Any]] | None = None,
-                 path_env: str | None = None) -> None:
+                 path_env: str | None = None, roots: Iterable[str | os.PathLike[str]] = (),
+                 backend: ProbeBackend | None = None) -> None:
         self.workspace = os.path.abspath(os.fspath(workspace))
         self.cwd = os.path.abspath(os.fspath(cwd)) if cwd is not None else self.workspace
-        self.python = python
+        self.python = resolve_python(python, self.cwd)
         self.budget_s = budget_s
         self.schemas: dict[str, ToolSchema] = {name: tool_schema(t) for name, t in (tools or {}).items()}
         self.path_env = path_env
+        self.roots = Roots.of([self.workspace, *roots])
+        self.backend: ProbeBackend = backend or LocalBackend()
+        self.fs = FsView(self.backend, self.roots, command_dirs=_command_dirs(self._path_env()))
         self._index: ModuleIndex | None = None
         self._index_error: str | None = None
+        self._index_refused = False
+        self._index_done = threading.Event()
+        self._index_thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def index(self) -> ModuleIndex | None:
-        """The target's module index, built on first use (one short subprocess asking for sys.path)."""
-        if self._index is None and self._index_error is None:
-            with self._lock:
-                if self._index is None and self._index_error is None:
-                    try:
-                        self._index = ModuleIndex(target_python(self.python))
-                    except TargetPythonError as exc:
-                        self._index_error = str(exc)
+    # ------------------------------------------------------------------ the target's index
+    def prepare(self) -> Gate:
+        """Start learning the target interpreter's paths in the background (the first check waits for it
+        only as long as its budget allows)."""
+        with self._lock:
+            if self._index_thread is None:
+                self._index_thread = threading.Thread(target=self._build_index, name="guardrail-gate-index",
+                                                      daemon=True)
+                self._index_thread.start()
+        return self
+
+    def _build_index(self) -> None:
+        try:
+            target = self.backend.import_paths(self.python, self.roots)
+            self.fs.set_import_roots(target.import_roots)
+            self._index = ModuleIndex(target, self.fs)
+        except TargetPythonError as exc:
+            self._index_error = str(exc)
+            self._index_refused = exc.refused
+        except Exception as exc:  # noqa: BLE001 - a broken interpreter makes namespace predicates unknown
+            self._index_error = f"{type(exc).__name__}: {exc}"[:500]
+        finally:
+            self._index_done.set()
+
+    def use_target(self, target: TargetPython, *, path_env: str | None = None) -> None:
+        """Judge imports against `target` and commands against `path_env` instead of asking an interpreter.
+
+        For an environment the operator describes rather than runs (an agent's sandbox, a SWE-bench
+        ``environment.yml``): the target's ``sys_path`` outside the workspace roots is read as the
+        operator's, like a trusted interpreter's import paths.
+        """
+        outside = tuple(p for p in target.sys_path if not self.roots.holds_lexically(os.path.abspath(p)))
+        with self._lock:
+            if path_env is not None:
+                self.path_env = path_env
+                self.fs.set_command_dirs(_command_dirs(self._path_env()))
+            self.fs.set_import_roots((*target.import_roots, *outside))
+            self._index, self._index_error, self._index_refused = ModuleIndex(target, self.fs), None, False
+            self._index_thread = threading.current_thread()  # nothing left to learn in the background
+            self._index_done.set()
+
+    def index(self, wait_s: float | None = None) -> ModuleIndex | None:
+        """The target's module index (one short subprocess to a trusted interpreter, run once, in the
+        background). Waits up to `wait_s` seconds for it (None: until it is built or has failed)."""
+        self.prepare()
+        self._index_done.wait(wait_s)
         return self._index
 
     def _path_env(self) -> str:
@@ -86,51 +140,112 @@ class Gate:
         bin_dir = os.path.dirname(self.python or sys.executable)
         return os.pathsep.join([bin_dir, os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")])
 
+    # ------------------------------------------------------------------ decisions
     def check(self, action: Action | Mapping[str, Any], state: GateState | None = None) -> GateReport:
-        """Every predicate `action` assumes and whether it holds. Never raises for what the agent proposes."""
-        started = time.perf_counter()
-        report, _ = self._check(action, state, started)
-        report.latency_ms = (time.perf_counter() - started) * 1000.0
+        """Every predicate `action` assumes and whether it holds. Never raises for what the agent proposes;
+        `latency_ms` is the wall time of the whole decision (parsing, probing and hints)."""
+        deadline = Deadline(self.budget_s)
+        report, _ = self._check(action, state, deadline)
+        report.latency_ms = (time.perf_counter() - deadline.start) * 1000.0
         return report
 
     def _check(self, raw: Action | Mapping[str, Any], state: GateState | None,
-               started: float) -> tuple[GateReport, Scope | None]:
+               deadline: Deadline) -> tuple[GateReport, Scope | None]:
+        # The deadline and the per-decision stat memo (context variables, set directly: this is the hot path).
+        deadline_token, memo_token = budget._CURRENT.set(deadline), DECISION_MEMO.set({})
+        try:
+            return self._decide(raw, state, deadline)
+        except (RecursionError, MemoryError) as exc:  # the action itself too deep or too big to handle
+            return GateReport(error=f"action could not be analysed ({type(exc).__name__})"), None
+        finally:
+            DECISION_MEMO.reset(memo_token)
+            budget._CURRENT.reset(deadline_token)
+
+    def _decide(self, raw: Action | Mapping[str, Any], state: GateState | None,
+                deadline: Deadline) -> tuple[GateReport, Scope | None]:
         try:
             action = normalize_action(raw)
         except ActionError as exc:
             return GateReport(error=str(exc)), None
         state = state or GateState()
-        index = self.index()
-        probe_start = time.perf_counter()
+        index = self.index(wait_s=max(0.0, deadline.remaining()))
         version = index.target.version if index is not None else None
         cwd = action.cwd or state.cwd or self.cwd
         scope = Scope(cwd=os.path.normpath(os.path.join(self.workspace, cwd)), workspace=self.workspace,
                       created=dict(state.created), installed=set(state.installed),
-                      install_unknown=state.install_unknown)
+                      install_unknown=state.install_unknown, fs=self.fs)
         try:
-            predicates = extract(action, scope, open_file=state.editor.open_file, schemas=self.schemas,
-                                 python_version=version)
-        except RecursionError:
-            return GateReport(error="action too deeply nested to analyse"), None
-        # The budget covers this action's probes, not the once-per-interpreter sys.path query above.
-        prober = Prober(index, workspace=self.workspace, path_env=self._path_env(),
-                        deadline=max(started, probe_start) + self.budget_s, index_error=self._index_error)
-        results = [prober.probe(p) for p in _dedupe(predicates)]
-        exceeded = any(r.evidence.get("budget_exceeded") for r in results)
-        return GateReport(results=results, budget_exceeded=exceeded), scope
+            predicates = _dedupe(extract(action, scope, open_file=state.editor.open_file, schemas=self.schemas,
+                                         python_version=version))
+        except BudgetExceeded as exc:
+            predicates = [Predicate("analysis_complete", ("the action", str(exc), "budget"), False, "gate")]
+        except (RecursionError, MemoryError) as exc:
+            predicates = [Predicate("analysis_complete", ("the action", f"too deeply nested ({type(exc).__name__})",
+                                                          "limit"), False, "gate")]
+        # Every path the action names, stat'ed in one backend call (one round-trip for a remote backend).
+        self.fs.prefetch(str(a) for p in predicates for a in p.args[:1] if isinstance(a, str) and a.startswith("/"))
+        prober = Prober(index, fs=self.fs, workspace=self.workspace, deadline=deadline, **self._index_status())
+        # Probes that read or parse file content go last: a pathological file can then cost its own
+        # predicate, not the stat-and-listing ones that follow it in the action.
+        order = sorted(range(len(predicates)), key=lambda i: predicates[i].name in _CONTENT_PROBES)
+        probed = {i: prober.probe(predicates[i]) for i in order}
+        results = [probed[i] for i in range(len(predicates))]
+        for result in results:
+            if result.outcome is Outcome.FALSE:
+                result.hint = _hint(result, self.fs)
+        report = GateReport(results=results, budget_exceeded=any(r.evidence.get("budget_exceeded") for r in results))
+        if any(r.evidence.get("interpreter_unavailable") for r in results):
+            report.notices.append(("target_interpreter_unavailable", str(self._index_error)))
+        return report, scope
+
+    def _index_status(self) -> dict[str, Any]:
+        if self._index is not None:
+            return {}
+        if not self._index_done.is_set():
+            return {"index_error": "the target interpreter is still being asked for its paths",
+                    "index_evidence": {"budget_exceeded": True}}
+        return {"index_error": self._index_error,
+                "index_evidence": {"interpreter_unavailable": True, "refused": self._index_refused}}
 
     def check_and_advance(self, action: Action | Mapping[str, Any], state: GateState) -> GateReport:
         """Check, then carry the action's effects (cwd, created files, installs) into `state`."""
-        started = time.perf_counter()
-        report, scope = self._check(action, state, started)
+        deadline = Deadline(self.budget_s)
+        report, scope = self._check(action, state, deadline)
         if scope is not None and not report.blocking:
             state.cwd = scope.cwd if not scope.cwd_unknown else state.cwd
             state.created.update(scope.created)
             state.installed |= scope.installed
             state.install_unknown = state.install_unknown or scope.install_unknown
             _advance_editor(action, state, scope.cwd)
-        report.latency_ms = (time.perf_counter() - started) * 1000.0
+        report.latency_ms = (time.perf_counter() - deadline.start) * 1000.0
         return report
+
+
+_CONTENT_PROBES = frozenset({"symbol_defined", "pytest_target_exists", "editor_text_present", "editor_line_in_range"})
+
+
+def resolve_python(python: str | None, cwd: str) -> str | None:
+    """The target interpreter as an absolute path: relative to the agent's cwd, a bare name looked up on PATH."""
+    if not python:
+        return None
+    if os.path.isabs(python):
+        return os.path.normpath(python)
+    if os.sep in python or (os.altsep and os.altsep in python):
+        return os.path.normpath(os.path.join(cwd, python))
+    return shutil.which(python) or python
+
+
+def _command_dirs(path_env: str) -> list[str]:
+    # Relative PATH entries would resolve against this process's cwd, not the agent's: left out.
+    return list(dict.fromkeys(os.path.normpath(d) for d in path_env.split(os.pathsep) if os.path.isabs(d)))
+
+
+def _hint(result: ProbeResult, fs: FsView) -> str:
+    """The repair hint of a violation, computed inside the decision ("" when none or no time is left)."""
+    try:
+        return repair_hint(result, fs) or ""
+    except BudgetExceeded:
+        return ""
 
 
 def _advance_editor(raw: Action | Mapping[str, Any], state: GateState, cwd: str) -> None:
@@ -172,8 +287,10 @@ class GateLayer(Layer):
     def __init__(self, workspace: str | os.PathLike[str], *, python: str | None = None,
                  cwd: str | os.PathLike[str] | None = None, budget_s: float = 0.25,
                  tools: Mapping[str, Mapping[str, Any] | Callable[..., Any]] | None = None,
-                 persistent_shell: bool = True) -> None:
-        self.gate = Gate(workspace, python=python, cwd=cwd, budget_s=budget_s, tools=tools)
+                 persistent_shell: bool = True, roots: Iterable[str | os.PathLike[str]] = (),
+                 backend: ProbeBackend | None = None) -> None:
+        self.gate = Gate(workspace, python=python, cwd=cwd, budget_s=budget_s, tools=tools, roots=roots,
+                         backend=backend).prepare()
         self.persistent_shell = persistent_shell
 
     def new_state(self, ctx: EpisodeContext) -> GateState:

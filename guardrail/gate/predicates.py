@@ -32,6 +32,8 @@ FAMILY: dict[str, str] = {
     "editor_line_in_range": "harness",
     "editor_text_present": "harness",
     "path_absent": "harness",
+    # an explicit unknown: part of the action was not analysed (over a size or time budget)
+    "analysis_complete": "other",
 }
 
 

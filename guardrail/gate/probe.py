@@ -1,8 +1,10 @@
 """Read-only probes: decide each predicate against the workspace, the target interpreter and the harness state.
 
 Serves the gate's per-action budget (median 0.5 ms warm): every probe is a few stats and cached
-listings or ASTs; nothing is imported, run or written. A probe that cannot decide returns
-unknown with the reason in its evidence, and so does every probe after the time budget ends.
+listings or ASTs, all through the confined `FsView`; nothing is imported, run or written. A probe
+that cannot decide returns unknown with the reason in its evidence, and so does every probe after
+the time budget ends, every probe of a path outside the roots, and a probe that fails on
+pathological input (one predicate is lost, never the decision).
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import ast
 import builtins
 import os
 import re
-import threading
 import time
 from collections.abc import Callable
 
-from guardrail.gate.fsview import list_dir, path_state, read_text_capped
+from guardrail.gate.budget import BudgetExceeded, Deadline
+from guardrail.gate.fsview import PathState
 from guardrail.gate.index import (
     ClassInfo,
     ModuleIndex,
@@ -25,59 +27,42 @@ from guardrail.gate.index import (
     stdlib_names,
 )
 from guardrail.gate.predicates import Outcome, Predicate, ProbeResult
+from guardrail.gate.view import FsView, local_view
 
 __all__ = ["Prober", "line_count", "workspace_files"]
 
-_LINES: dict[str, tuple[int, int, int | None]] = {}
-_LINES_LOCK = threading.Lock()
+_LINES: dict[tuple[str, str], tuple[int, int, int | None]] = {}
 
 
-def line_count(path: str) -> int | None:
-    """Lines in a text file, cached by (path, mtime, size); None when unreadable or over the size cap."""
-    state = path_state(path)
-    if state.kind != "file":
-        return None
-    cached = _LINES.get(path)
-    if cached is not None and cached[:2] == (state.mtime_ns, state.size):
-        return cached[2]
-    text = read_text_capped(path)
-    count = None if text is None else (text.count("\n") + (0 if text.endswith("\n") or not text else 1))
-    with _LINES_LOCK:
-        if len(_LINES) > 20_000:
-            _LINES.clear()
-        _LINES[path] = (state.mtime_ns, state.size, count)
-    return count
+def line_count(path: str, fs: FsView | None = None) -> int | None:
+    """Lines in a text file, cached by (path, mtime, size); None when unreadable, outside or over the size cap."""
+    view = fs or local_view()
+
+    def compute(state: PathState) -> int | None:
+        text = view.read_text(path) if state.kind == "file" else None
+        return None if text is None else (text.count("\n") + (0 if text.endswith("\n") or not text else 1))
+
+    return view.cached_by_file(_LINES, path, compute)
 
 
 _SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
               ".pytest_cache", ".ruff_cache", "build", "dist", ".eggs"}
-_FILES: dict[str, tuple[float, list[str]]] = {}
+_FILES: dict[tuple[str, str], tuple[float, list[str]]] = {}
 
 
-def workspace_files(root: str, *, deadline: float, limit: int = 20_000) -> list[str]:
-    """Relative paths of files under `root` (for repair hints), bounded in count, depth and time; cached 30 s."""
-    cached = _FILES.get(root)
+def workspace_files(root: str, fs: FsView | None = None, *, limit: int = 20_000) -> list[str]:
+    """Relative paths of files under a workspace root (for repair hints), bounded in count, depth and by the
+    decision's deadline; cached 30 s."""
+    view = fs or local_view()
+    key = (view.key, root)
+    cached = _FILES.get(key)
     now = time.monotonic()
     if cached is not None and now - cached[0] < 30.0:
         return cached[1]
-    found: list[str] = []
-    stack = [(root, 0)]
-    while stack and len(found) < limit and time.perf_counter() < deadline:
-        directory, depth = stack.pop()
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            if depth < 12 and entry.name not in _SKIP_DIRS and not entry.name.startswith("."):
-                                stack.append((entry.path, depth + 1))
-                        elif entry.is_file(follow_symlinks=False):
-                            found.append(os.path.relpath(entry.path, root))
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    _FILES[root] = (now, found)
+    found = view.walk(root, limit=limit, skip=frozenset(_SKIP_DIRS))
+    if len(_FILES) > 1_000:
+        _FILES.clear()
+    _FILES[key] = (now, found)
     return found
 
 
@@ -105,12 +90,14 @@ def _class_methods(name: str, classes: dict[str, ClassInfo], depth: int = 0) -> 
 
 # Standard modules whose base classes' metaclasses set private class attributes (Enum's _member_map_...).
 _MACHINERY = {"enum", "typing", "abc", "ctypes", "dataclasses", "collections"}
-def _test_module_name(path: str) -> tuple[str, tuple[str, ...]]:
+
+
+def _test_module_name(path: str, fs: FsView) -> tuple[str, tuple[str, ...]]:
     """The dotted name pytest (prepend import mode) imports a test file under, and the directory it puts first on
     sys.path: the first directory upward without an __init__.py."""
     directory = os.path.dirname(path)
     parts = [os.path.splitext(os.path.basename(path))[0]]
-    while "__init__.py" in (list_dir(directory) or ()) and os.path.dirname(directory) != directory:
+    while "__init__.py" in (fs.list_dir(directory) or ()) and os.path.dirname(directory) != directory:
         parts.insert(0, os.path.basename(directory))
         directory = os.path.dirname(directory)
     dotted = ".".join(parts)
@@ -121,9 +108,9 @@ _BUILTIN_FIXTURES = {"tmp_path", "tmpdir", "monkeypatch", "capsys", "capfd", "ca
                      "pytestconfig", "tmp_path_factory", "tmpdir_factory", "capsysbinary", "capfdbinary", "doctest_namespace"}
 
 
-def parametrized_ids(path: str, function: str) -> tuple[set[str] | None, str]:
+def parametrized_ids(path: str, function: str, fs: FsView | None = None) -> tuple[set[str] | None, str]:
     """The pytest ids of a test function parametrized only by literal `parametrize` marks, or (None, why)."""
-    text = read_text_capped(path)
+    text = (fs or local_view()).read_text(path)
     if text is None:
         return None, "unreadable"
     try:
@@ -189,37 +176,53 @@ def _mark_ids(mark: ast.Call) -> tuple[list[str] | None, set[str]]:
 
 
 class Prober:
-    """Decides predicates for one action against one environment snapshot."""
+    """Decides predicates for one action against one environment snapshot, through the confined `fs`."""
 
-    def __init__(self, index: ModuleIndex | None, *, workspace: str, path_env: str, deadline: float,
-                 index_error: str | None = None) -> None:
+    def __init__(self, index: ModuleIndex | None, *, fs: FsView, workspace: str, deadline: Deadline,
+                 index_error: str | None = None, index_evidence: dict[str, object] | None = None) -> None:
         self.index = index
+        self.fs = fs
         self.workspace = workspace
-        self.path_env = path_env
         self.deadline = deadline
         self.index_error = index_error
+        self.index_evidence = index_evidence or {}
 
     def probe(self, predicate: Predicate) -> ProbeResult:
         if predicate.verdict is not None:
             holds, why = predicate.verdict
             return ProbeResult(predicate, Outcome.TRUE if holds else Outcome.FALSE, why, {"decided_by": "syntax"})
-        if time.perf_counter() > self.deadline:
-            return ProbeResult(predicate, Outcome.UNKNOWN, "not checked: the gate's time budget ran out",
-                               {"budget_exceeded": True})
+        if self.deadline.expired():
+            return _over_budget(predicate, "not checked")
         method: Callable[[Predicate], ProbeResult] | None = getattr(self, "_" + predicate.name, None)
         if method is None:
             return ProbeResult(predicate, Outcome.UNKNOWN, f"no prober for {predicate.name}")
-        result = method(predicate)
+        try:
+            result = method(predicate)
+        except BudgetExceeded as exc:
+            return _over_budget(predicate, exc.what)
+        except (RecursionError, MemoryError, Exception) as exc:  # noqa: BLE001 - one predicate, never the decision
+            return ProbeResult(predicate, Outcome.UNKNOWN, f"could not be analysed: {type(exc).__name__}",
+                               {"analysis_error": type(exc).__name__})
         if result.outcome is Outcome.FALSE and predicate.hedge:
             result.outcome = Outcome.UNKNOWN
             result.evidence["hedged"] = predicate.hedge
             result.message = f"{result.message} (not counted: {predicate.hedge})"
         return result
 
+    def _undecidable(self, p: Predicate, path: str, state: PathState) -> ProbeResult | None:
+        """Unknown for a path outside the roots (nothing about it is told) or one that cannot be stat'ed."""
+        if state.kind == "outside":
+            return ProbeResult(p, Outcome.UNKNOWN, f"{path} is outside the workspace and the target's import "
+                                                   "paths: not probed", {"outside": True})
+        if state.kind == "unknown":
+            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {path}: {state.error}")
+        return None
+
     # ----------------------------------------------------------------- I namespace
     def _need_index(self, predicate: Predicate) -> ProbeResult | None:
         if self.index is None:
-            return ProbeResult(predicate, Outcome.UNKNOWN, f"target interpreter unavailable: {self.index_error}")
+            return ProbeResult(predicate, Outcome.UNKNOWN, f"target interpreter unavailable: {self.index_error}",
+                               dict(self.index_evidence))
         return None
 
     def _importable(self, p: Predicate) -> ProbeResult:
@@ -341,7 +344,7 @@ class Prober:
         info = self.index.find(module, search)
         if info.kind not in ("source", "package") or depth > 8:
             return ("value",)
-        symbols = module_symbols(info.path)
+        symbols = module_symbols(info.path, self.fs)
         if name in symbols.classes:
             return ("class", module, name)
         if name in symbols.imports:
@@ -366,7 +369,7 @@ class Prober:
         if depth > 12:
             return ("unknown", "the class hierarchy is too deep to follow")
         info = self.index.find(module, search)
-        symbols = module_symbols(info.path) if info.kind in ("source", "package") else None
+        symbols = module_symbols(info.path, self.fs) if info.kind in ("source", "package") else None
         if symbols is None or cls not in symbols.classes:
             return ("unknown", f"{module}.{cls} is not readable statically")
         klass = symbols.classes[cls]
@@ -443,7 +446,7 @@ class Prober:
         assert self.index is not None
         info = self.index.find(str(p.args[0]), p.search)
         if info.kind in ("package", "namespace"):
-            has_main = any("__main__.py" in (list_dir(portion) or ()) for portion in info.portions)
+            has_main = any("__main__.py" in (self.fs.list_dir(portion) or ()) for portion in info.portions)
             if not has_main:
                 return ProbeResult(p, Outcome.FALSE, f"{p.args[0]} is a package with no __main__: "
                                                      "it cannot be run with python -m", {"kind": info.kind})
@@ -453,54 +456,58 @@ class Prober:
     def _missing_path(self, p: Predicate, path: str, what: str, state_error: str = "") -> ProbeResult:
         evidence: dict[str, object] = {"path": path, "missing": os.path.basename(path)}
         ancestor = os.path.dirname(path)
-        while ancestor and path_state(ancestor).kind != "dir" and ancestor != os.path.dirname(ancestor):
+        kind = self.fs.stat(ancestor).kind if ancestor else "missing"
+        while ancestor and kind not in ("dir", "outside") and ancestor != os.path.dirname(ancestor):
             ancestor = os.path.dirname(ancestor)
-        evidence["nearest_dir"] = ancestor
-        evidence["siblings"] = sorted(list_dir(ancestor) or ())[:2000]
+            kind = self.fs.stat(ancestor).kind
+        # Hints name only what lies under the roots: past them there is no nearest directory to tell.
+        evidence["nearest_dir"] = ancestor if kind == "dir" else ""
+        listing = self.fs.list_dir(ancestor) if kind == "dir" else None
+        evidence["siblings"] = sorted(listing)[:2000] if listing is not None and len(listing) <= 50_000 else []
         if path.startswith(self.workspace.rstrip("/") + "/"):
-            evidence["workspace"] = self.workspace  # the hint searches it, after probing, on its own budget
+            evidence["workspace"] = self.workspace  # the hint searches it, within the decision's deadline
         why = f" ({state_error})" if state_error else ""
         return ProbeResult(p, Outcome.FALSE, f"{what} {path} does not exist{why}", evidence)
 
     def _file_exists(self, p: Predicate) -> ProbeResult:
         path = str(p.args[0])
-        state = path_state(path)
+        state = self.fs.stat(path)
         if state.kind in ("file", "other"):
             return ProbeResult(p, Outcome.TRUE, f"{path} exists")
-        if state.kind == "unknown":
-            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {path}: {state.error}")
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
         if state.kind == "dir":
             return ProbeResult(p, Outcome.FALSE, f"{path} is a directory, not a file", {"path": path})
         return self._missing_path(p, path, "file", state.error)
 
     def _dir_exists(self, p: Predicate) -> ProbeResult:
         path = str(p.args[0])
-        state = path_state(path)
+        state = self.fs.stat(path)
         if state.kind == "dir":
             return ProbeResult(p, Outcome.TRUE, f"{path} is a directory")
-        if state.kind == "unknown":
-            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {path}: {state.error}")
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
         if state.exists:
             return ProbeResult(p, Outcome.FALSE, f"{path} is a file, not a directory", {"path": path})
         return self._missing_path(p, path, "directory", state.error)
 
     def _path_exists(self, p: Predicate) -> ProbeResult:
         path = str(p.args[0])
-        state = path_state(path)
+        state = self.fs.stat(path)
         if state.exists:
             return ProbeResult(p, Outcome.TRUE, f"{path} exists")
-        if state.kind == "unknown":
-            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {path}: {state.error}")
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
         return self._missing_path(p, path, "path", state.error)
 
     def _parent_dir_exists(self, p: Predicate) -> ProbeResult:
         path = str(p.args[0])
         parent = os.path.dirname(path) or "/"
-        state = path_state(parent)
+        state = self.fs.stat(parent)
         if state.kind == "dir":
             return ProbeResult(p, Outcome.TRUE, f"{parent} is a directory")
-        if state.kind == "unknown":
-            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {parent}: {state.error}")
+        if (undecided := self._undecidable(p, parent, state)) is not None:
+            return undecided
         result = self._missing_path(p, parent, "parent directory", state.error)
         result.message = f"cannot write {path}: " + result.message
         return result
@@ -509,33 +516,32 @@ class Prober:
     def _executable_available(self, p: Predicate) -> ProbeResult:
         program = str(p.args[0])
         if "/" in program:
-            state = path_state(program)
+            state = self.fs.stat(program)
+            if (undecided := self._undecidable(p, program, state)) is not None:
+                return undecided
             if state.kind == "file" and state.executable:
                 return ProbeResult(p, Outcome.TRUE, f"{program} is executable")
             if state.kind == "file":
                 return ProbeResult(p, Outcome.FALSE, f"{program} is not executable (no x bit)", {"path": program})
             return ProbeResult(p, Outcome.UNKNOWN, f"{program} is checked by file_exists")
-        entries = [d for d in self.path_env.split(os.pathsep) if d]
-        for directory in entries:
-            listing = list_dir(directory)
-            if listing is not None and program in listing:
-                state = path_state(os.path.join(directory, program))
-                if state.exists and state.executable:
-                    return ProbeResult(p, Outcome.TRUE, f"{program} found in {directory}")
+        entries = list(self.fs.command_dirs)
+        found = self.fs.which(program)
+        if found is not None:
+            return ProbeResult(p, Outcome.TRUE, f"{program} found in {os.path.dirname(found)}")
         candidates: set[str] = set()
         for directory in entries:
-            candidates.update(list_dir(directory) or ())
+            candidates.update(self.fs.list_dir(directory) or ())
         return ProbeResult(p, Outcome.FALSE, f"{program}: command not found on the target PATH",
                            {"missing": program, "candidates": sorted(candidates), "path": entries[:8]})
 
     def _pytest_target_exists(self, p: Predicate) -> ProbeResult:
         path, node = str(p.args[0]), str(p.args[1])
-        state = path_state(path)
-        if state.kind == "unknown":
-            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {path}: {state.error}")
+        state = self.fs.stat(path)
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
         if state.kind != "file":
             return self._missing_path(p, path, "test file", state.error)
-        symbols = module_symbols(path)
+        symbols = module_symbols(path, self.fs)
         if symbols.error:
             return ProbeResult(p, Outcome.UNKNOWN, symbols.error)
         parts = [re.sub(r"\[.*\]$", "", part) for part in node.split("::")]
@@ -549,7 +555,7 @@ class Prober:
                 return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} exists")
             if unresolved and self.index is not None:
                 # A base imported from another module (tests/base.py, unittest): follow it as pytest imports it.
-                module, search = _test_module_name(path)
+                module, search = _test_module_name(path, self.fs)
                 found = self._class_member(module, head, parts[1], search) if module else ("unknown", "")
                 if found[0] == "value":
                     return ProbeResult(p, Outcome.TRUE, f"{path}::{head}::{parts[1]} is inherited")
@@ -564,7 +570,7 @@ class Prober:
         if len(parts) == 1 and head in symbols.names:
             case = re.search(r"\[(.*)\]$", node)
             if case is not None and head in symbols.functions:
-                ids, why = parametrized_ids(path, head)
+                ids, why = parametrized_ids(path, head, self.fs)
                 if ids is None:
                     return ProbeResult(p, Outcome.UNKNOWN, f"{head} exists; its ids are not literal ({why})")
                 if case.group(1) not in ids:
@@ -582,12 +588,12 @@ class Prober:
     # ----------------------------------------------------------------- IV harness
     def _tool_path_arg_exists(self, p: Predicate) -> ProbeResult:
         path, kind = str(p.args[0]), str(p.args[1])
-        state = path_state(path)
+        state = self.fs.stat(path)
         wanted = "dir" if kind == "dir" else "file"
         if state.kind == wanted:
             return ProbeResult(p, Outcome.TRUE, f"{path} is a {kind}")
-        if state.kind == "unknown":
-            return ProbeResult(p, Outcome.UNKNOWN, f"cannot stat {path}: {state.error}")
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
         result = self._missing_path(p, path, f"{kind} argument", state.error)
         if state.exists:
             result.message = f"{kind} argument {path} is not a {kind}"
@@ -599,7 +605,10 @@ class Prober:
     def _editor_line_in_range(self, p: Predicate) -> ProbeResult:
         path, line = str(p.args[0]), int(p.args[1])
         mode = str(p.args[2]) if len(p.args) > 2 else "open"
-        count = line_count(path)
+        state = self.fs.readable_state(path)
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
+        count = line_count(path, self.fs)
         if count is None:
             return ProbeResult(p, Outcome.UNKNOWN, f"line count of {path} unknown (missing, unreadable or large)")
         low, high = {"insert": (0, count), "edit": (1, count + 1)}.get(mode, (1, max(count, 1)))
@@ -611,7 +620,10 @@ class Prober:
 
     def _editor_text_present(self, p: Predicate) -> ProbeResult:
         path, old = str(p.args[0]), str(p.args[1])
-        text = read_text_capped(path)
+        state = self.fs.readable_state(path)
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
+        text = self.fs.read_text(path)
         if text is None:
             return ProbeResult(p, Outcome.UNKNOWN, f"cannot read {path}")
         occurrences = text.count(old)
@@ -621,13 +633,26 @@ class Prober:
             return ProbeResult(p, Outcome.FALSE, f"old_str occurs {occurrences} times in {path}; it must be unique",
                                {"path": path, "occurrences": occurrences})
         first = old.strip().splitlines()[0].strip() if old.strip() else old
-        return ProbeResult(p, Outcome.FALSE, f"old_str does not occur in {path}",
-                           {"path": path, "missing": first,
-                            "candidates": [ln.strip() for ln in text.splitlines()[:20_000] if ln.strip()]})
+        evidence: dict[str, object] = {"path": path, "missing": first[:1000]}
+        if self.fs.in_workspace(path):  # lines are quoted in the hint: only text under the workspace roots
+            evidence["candidates"] = [ln.strip() for ln in text.splitlines()[:20_000] if ln.strip()]
+        return ProbeResult(p, Outcome.FALSE, f"old_str does not occur in {path}", evidence)
 
     def _path_absent(self, p: Predicate) -> ProbeResult:
         path = str(p.args[0])
-        state = path_state(path)
+        state = self.fs.stat(path)
+        if (undecided := self._undecidable(p, path, state)) is not None:
+            return undecided
         if state.exists:
             return ProbeResult(p, Outcome.FALSE, f"{path} already exists", {"path": path})
         return ProbeResult(p, Outcome.TRUE, f"{path} is absent")
+
+    def _analysis_complete(self, p: Predicate) -> ProbeResult:
+        """An explicit unknown left by extraction: part of the action was not analysed (and why)."""
+        subject, why = str(p.args[0]), str(p.args[1])
+        # A size cap is a budget too (it bounds the time and memory of one uninterruptible step).
+        return ProbeResult(p, Outcome.UNKNOWN, f"{subject} not analysed: {why}", {"budget_exceeded": True})
+
+
+def _over_budget(predicate: Predicate, what: str) -> ProbeResult:
+    return ProbeResult(predicate, Outcome.UNKNOWN, f"{what}: the gate's time budget ran out", {"budget_exceeded": True})

@@ -6,6 +6,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from guardrail.gate.view import FsView, local_view
+
 __all__ = ["Scope", "normalize_dist", "resolve_path"]
 
 # Distribution names whose import name differs (pip install X, then import Y).
@@ -50,6 +52,14 @@ class Scope:
     pythonpath: tuple[str, ...] = ()
     functions: set[str] = field(default_factory=set)
     depth: int = 0
+    fs: FsView = field(default_factory=local_view)  # the gate's confined view: extraction reads through it too
+
+    def is_dir(self, path: str) -> bool:
+        return self.fs.stat(path).kind == "dir"
+
+    def read_source(self, path: str) -> str | None:
+        """The text of a file the action runs (a script), when it is readable under the roots."""
+        return self.fs.read_text(path)
 
     def resolve(self, path: str) -> str:
         return resolve_path(path, self.cwd)
@@ -64,7 +74,7 @@ class Scope:
         self.created[path] = text
         parent = os.path.dirname(path)
         while parent and parent not in self.created and parent != os.path.dirname(parent):
-            if os.path.isdir(parent):
+            if self.is_dir(parent):
                 break
             self.created[parent] = None
             parent = os.path.dirname(parent)

@@ -1,1 +1,1 @@
-"""Generators of hostile input (workspaces, corpora, model files, actions) for the attack-surface tests."""
+"""Generators of hostile input (workspaces, actions, corpora, model files, spans) for the attack-surface tests."""
