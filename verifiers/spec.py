@@ -18,10 +18,10 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -402,8 +402,14 @@ def dump_spec(spec: VerifierSpec) -> str:
     return json.dumps(head | body, indent=2) + "\n"
 
 
-def load_spec(source: str | os.PathLike[str]) -> VerifierSpec:
-    """A spec from a file (.json or .toml) or the name of a shipped spec (``"booking_tour"``)."""
+def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> VerifierSpec:
+    """A spec from a file (.json or .toml), the name of a shipped spec (``"booking_tour"``), or its mapping."""
+    if isinstance(source, Mapping):
+        try:
+            return VerifierSpec.model_validate(dict(source))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+            raise SpecError(f"invalid verifier spec: {problems}") from exc
     path = Path(source)
     if not path.exists() and not path.suffix:
         shipped = {p.stem: p for p in _shipped_paths()}
