@@ -9,6 +9,11 @@ failure classes); what is recorded is what happened:
   if the injector never fired (the run ended first) the episode is rejected with that reason;
 - healthy and organic requests are labelled by `traces.labeller` against ground truth; an
   organic request whose slip left the answer right is rejected, not relabelled healthy.
+
+With a real model (an `EndpointSpec`) the tasks are the small ones (`SMALL_TASK_KINDS`), each agent
+gets only its task's tools, each episode's client carries the episode seed, a "healthy" request is
+whatever the model then does (labelled by `traces.labeller.classify_real`: healthy or the organic
+class of its first slip), injected classes start at a call the run makes, and runs from 2 steps are kept.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import asyncio
 import dataclasses
 import hashlib
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +32,10 @@ from guardrail.core.events import HEALTHY, Episode
 from guardrail.core.version import version
 from traces.agents import arun_autogen_episode, match_tool_log, run_langgraph_episode
 from traces.injectors import INJECTED_CLASSES, Injector, make_injector
-from traces.labeller import ORGANIC_CLASSES, grade_episode
+from traces.labeller import ORGANIC_CLASSES, classify_real, grade_episode
+from traces.models import EndpointSpec
 from traces.policy import Policy
-from traces.tasks import Task, make_task
+from traces.tasks import SMALL_TASK_KINDS, Task, make_task
 from traces.tools import BookingDB, ToolBox, booking_tools
 
 __all__ = ["ALL_CLASSES", "FRAMEWORKS", "collect", "collect_episode", "episode_seed", "label_run",
@@ -38,6 +44,7 @@ __all__ = ["ALL_CLASSES", "FRAMEWORKS", "collect", "collect_episode", "episode_s
 ALL_CLASSES = (HEALTHY, *INJECTED_CLASSES, *ORGANIC_CLASSES)
 FRAMEWORKS = ("langgraph", "autogen")
 MIN_T = 4
+MIN_T_REAL = 2  # a small task answered after one lookup is two steps
 _SLIP_RATE = {"arithmetic_error": "arithmetic_rate", "incomplete": "skip_rate", "hallucinated": "hallucinate_rate"}
 
 
@@ -60,20 +67,38 @@ def requested_labels(n: int, seed: int, classes: Sequence[str] = ALL_CLASSES, he
 
 @dataclass
 class _Runner:
-    """Runs episodes on one framework; AutoGen episodes share one event loop (asyncio.Runner closes it cleanly)."""
+    """Runs episodes on one framework; AutoGen episodes share one event loop (asyncio.Runner closes it cleanly).
+
+    `model` is None (the scripted policy), a chat model / AutoGen client used as is, or an `EndpointSpec`
+    from which each episode gets its own client seeded with the episode seed.
+    """
 
     framework: str
-    model: Any = None  # a real chat model / AutoGen client; None runs the scripted policy
+    model: Any = None
     loop: asyncio.Runner | None = None
 
+    @property
+    def spec(self) -> EndpointSpec | None:
+        return self.model if isinstance(self.model, EndpointSpec) else None
+
     def run(self, task: Any, policy: Policy, toolbox: Any, episode_id: str) -> Episode:
+        spec = self.spec
+        model = spec.build(self.framework, seed=policy.seed) if spec else self.model
+        real = {"tools": task.tools, "max_steps": spec.max_steps} if spec else {}
         if self.framework == "langgraph":
+            from traces.agents import real_model_middleware
+
+            middleware = [real_model_middleware(spec.first_turn_tool_choice)] if spec else []
             return run_langgraph_episode(task, policy, toolbox=toolbox, thread_id=episode_id, episode_id=episode_id,
-                                         model=self.model)
+                                         model=model, middleware=middleware, **real)
         if self.loop is None:
             self.loop = asyncio.Runner()
-        return self.loop.run(arun_autogen_episode(task, policy, toolbox=toolbox, episode_id=episode_id,
-                                                  client=self.model))
+        try:
+            return self.loop.run(arun_autogen_episode(task, policy, toolbox=toolbox, episode_id=episode_id,
+                                                      client=model, **real))
+        finally:
+            if spec is not None:
+                self.loop.run(model.close())
 
     def close(self) -> None:
         if self.loop is not None:
@@ -90,7 +115,8 @@ def collect_episode(framework: str, index: int, requested: str, seed: int, *, db
     runner = runner or _Runner(framework)
     ep_seed = episode_seed(seed, index)
     episode_id = f"{framework}-{requested}-{index:04d}"
-    task = make_task(ep_seed, db=db)
+    spec = runner.spec
+    task = make_task(ep_seed, db=db, kinds=SMALL_TASK_KINDS) if spec else make_task(ep_seed, db=db)
     policy = Policy(seed=ep_seed)
     if requested in _SLIP_RATE:  # an organic request: the policy slips that way for sure, the labeller grades it
         rates: dict[str, Any] = {_SLIP_RATE[requested]: 1.0}
@@ -98,7 +124,9 @@ def collect_episode(framework: str, index: int, requested: str, seed: int, *, db
     injector = None
     if requested in INJECTED_CLASSES:
         n_calls = sum(task.required_counts.values())
-        onset = random.Random(f"onset:{ep_seed}").randrange(1, max(2, n_calls))
+        # A real model's small task makes one or two calls: the fault starts at one of them.
+        onset = random.Random(f"onset:{ep_seed}").randrange(0, n_calls) if spec else \
+            random.Random(f"onset:{ep_seed}").randrange(1, max(2, n_calls))
         injector = make_injector(requested, onset=onset, seed=ep_seed, db=db)
     toolbox = booking_tools(db, fault=injector)
     try:
@@ -108,16 +136,23 @@ def collect_episode(framework: str, index: int, requested: str, seed: int, *, db
             runner.close()
     provenance = {"collector": "guardrail collect", "framework": framework, "corpus_seed": seed, "index": index,
                   "episode_seed": ep_seed, "task_kind": task.kind}
-    return label_run(episode, task, requested, injector=injector, toolbox=toolbox, provenance=provenance)
+    if spec is not None:
+        provenance["model"] = spec.describe(seed=policy.seed)
+    return label_run(episode, task, requested, injector=injector, toolbox=toolbox, provenance=provenance,
+                     real=spec is not None)
 
 
 def label_run(episode: Episode, task: Task, requested: str, *, injector: Injector | None, toolbox: ToolBox,
-              provenance: dict[str, Any] | None = None) -> Episode | RejectedEntry:
-    """Label a finished run (see the module docstring), or reject it with the reason."""
+              provenance: dict[str, Any] | None = None, real: bool = False) -> Episode | RejectedEntry:
+    """Label a finished run (see the module docstring), or reject it with the reason.
+
+    ``real=True``: a real model's run, labelled by `classify_real` and kept from `MIN_T_REAL` steps.
+    """
     episode_id = episode.episode_id
     meta_common = {"requested_label": requested, "task_id": task.task_id}
-    if episode.T < MIN_T:
-        return RejectedEntry(episode_id=episode_id, reason=f"run too short: T={episode.T} < {MIN_T}",
+    min_t = MIN_T_REAL if real else MIN_T
+    if episode.T < min_t:
+        return RejectedEntry(episode_id=episode_id, reason=f"run too short: T={episode.T} < {min_t}",
                              requested_label=requested, meta=meta_common)
     grade = grade_episode(episode, task)
     if injector is not None:
@@ -131,6 +166,9 @@ def label_run(episode: Episode, task: Task, requested: str, *, injector: Injecto
         label = requested
         extra = {"injection": {**injector.describe(), "first_applied_step": tau}, "outcome": grade.label,
                  "outcome_reason": grade.reason}
+    elif real:
+        label, tau, findings = classify_real(episode, task, grade)
+        extra = {"outcome": grade.label, "outcome_reason": grade.reason, "organic": findings}
     else:
         if requested in ORGANIC_CLASSES and grade.label == HEALTHY:
             return RejectedEntry(episode_id=episode_id, requested_label=requested, meta=meta_common,
@@ -144,13 +182,15 @@ def label_run(episode: Episode, task: Task, requested: str, *, injector: Injecto
 
 
 def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES, healthy_share: float = 0.4,
-            db: BookingDB | None = None, show_progress: bool = True,
-            model: Any = None) -> tuple[list[Episode], list[RejectedEntry]]:
+            db: BookingDB | None = None, show_progress: bool = True, model: Any = None,
+            on_batch: Callable[[list[Episode], list[RejectedEntry]], None] | None = None,
+            batch: int = 10) -> tuple[list[Episode], list[RejectedEntry]]:
     """Collect `n` requested episodes on `framework`; returns (kept episodes, rejected entries).
 
-    `model` replaces the scripted policy with a real chat model (LangChain model or AutoGen client);
-    its slips cannot be ordered, so organic classes are not requested and its healthy runs are
-    labelled by the labeller like any other.
+    `model` replaces the scripted policy with a real model: an `EndpointSpec` (see the module
+    docstring), or a chat model / AutoGen client used as is. Its slips cannot be ordered, so the
+    scripted organic classes are not requested; what it does is labelled afterwards. `on_batch`
+    sees the results so far every `batch` episodes (a long real collection saves as it goes).
     """
     from guardrail.core.cliutil import progress
 
@@ -165,8 +205,16 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
         items: Iterator[tuple[int, str]] = progress(enumerate(labels), desc=f"collect {framework}", total=n,
                                                      enabled=show_progress)
         for index, requested in items:
-            outcome = collect_episode(framework, index, requested, seed, db=database, runner=runner)
+            try:
+                outcome = collect_episode(framework, index, requested, seed, db=database, runner=runner)
+            except Exception as exc:  # noqa: BLE001 - a real model or its server failing one run ends only that run
+                if runner.spec is None:
+                    raise
+                outcome = RejectedEntry(episode_id=f"{framework}-{requested}-{index:04d}", requested_label=requested,
+                                        reason=f"the run failed: {type(exc).__name__}: {str(exc)[:300]}")
             (kept if isinstance(outcome, Episode) else rejected).append(outcome)  # type: ignore[arg-type]
+            if on_batch is not None and (index + 1) % batch == 0 and index + 1 < n:
+                on_batch(kept, rejected)
     finally:
         runner.close()
     return kept, rejected
@@ -175,9 +223,24 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
 def write_collected(out: str | Path, framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES,
                     healthy_share: float = 0.4, name: str | None = None, show_progress: bool = True,
                     model: Any = None, model_name: str = "scripted-policy") -> Manifest:
-    """Collect and write a corpus to `out` (see `guardrail.core.corpus.write_corpus`)."""
+    """Collect and write a corpus to `out` (see `guardrail.core.corpus.write_corpus`).
+
+    A real model's corpus is also written every 10 episodes (``generator.partial`` true until the end),
+    so a long collection can be read, and kept, while it runs.
+    """
+    generator: dict[str, Any] = {"tool": "guardrail collect", "guardrail_version": version(), "framework": framework,
+                                 "n": n, "seed": seed, "classes": list(classes), "healthy_share": healthy_share,
+                                 "model": model_name}
+    if isinstance(model, EndpointSpec):
+        generator["model_provenance"] = model.describe()
+        generator["task_kinds"] = list(SMALL_TASK_KINDS)
+    corpus_name = name or Path(out).name
+
+    def save(episodes: list[Episode], rejected: list[RejectedEntry], partial: bool) -> Manifest:
+        return write_corpus(out, episodes, name=corpus_name, rejected=rejected,
+                            generator={**generator, **({"partial": True} if partial else {})})
+
     episodes, rejected = collect(framework, n, seed, classes=classes, healthy_share=healthy_share,
-                                 show_progress=show_progress, model=model)
-    generator = {"tool": "guardrail collect", "guardrail_version": version(), "framework": framework, "n": n,
-                 "seed": seed, "classes": list(classes), "healthy_share": healthy_share, "model": model_name}
-    return write_corpus(out, episodes, name=name or Path(out).name, rejected=rejected, generator=generator)
+                                 show_progress=show_progress, model=model,
+                                 on_batch=(lambda e, r: save(e, r, True)) if isinstance(model, EndpointSpec) else None)
+    return save(episodes, rejected, False)

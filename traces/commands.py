@@ -18,6 +18,8 @@ def _bench(target: str, summary: str) -> CommandSpec:
 TABLE: dict[str, CommandSpec] = {
     "collect": CommandSpec("traces.cli:COLLECT", "collect a testbed corpus from real framework agents",
                            distribution=_TESTBED),
+    "model": CommandSpec("traces.cli:MODEL", "serve the local model (SmolLM2-135M, OpenAI API) on loopback",
+                         distribution="'guardrail-testbed[model]'"),
     "demo": CommandSpec("traces.demo:DEMO", "run the whole guard on scripted LangGraph and AutoGen agents",
                         distribution=_TESTBED),
     "gate": _bench("traces.bench.gate:BENCH", "gate precision/recall/latency on real projects"),
