@@ -32,3 +32,23 @@ def sentinel_dir() -> Path:
     if not (SENTINEL / "langgraph7b" / "manifest.json").is_file():
         pytest.skip(f"sentinel corpora not found at {SENTINEL} (they live in ../shared/corpora, outside the repo)")
     return SENTINEL
+
+
+@pytest.fixture(scope="session")
+def local_model():
+    """(base URL, /health answer) of `guardrail model serve` on a free loopback port, once per session.
+
+    Skips, naming the install command, where llama-cpp-python or the model wheel is not installed.
+    """
+    from traces.model_server import INSTALL_HINT, LocalModelServer, ModelUnavailable
+
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        pytest.skip(f"llama-cpp-python is not installed: {INSTALL_HINT}")
+    try:
+        server = LocalModelServer().start()
+    except ModelUnavailable as exc:
+        pytest.skip(str(exc))
+    yield server.base_url, server.info
+    server.stop()

@@ -32,7 +32,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or ollama:NAME")
     parser.add_argument("--endpoint", default=None, help="base URL of the model server (with --model)")
     parser.add_argument("--temperature", type=float, default=0.2, help="sampling temperature of a real model (0.2)")
-    parser.add_argument("--max-steps", type=int, default=8, help="model calls per episode at most, real model (8)")
+    parser.add_argument("--max-steps", type=int, default=4, help="model calls per episode at most, real model (4)")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads of a started local server (1)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

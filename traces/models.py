@@ -301,8 +301,8 @@ class EndpointSpec:
     model: str
     endpoint: str | None = None
     temperature: float = 0.2
-    max_tokens: int = 96
-    max_steps: int = 8
+    max_tokens: int = 64
+    max_steps: int = 4
     first_turn_tool_choice: str | None = "required"
     parallel_tool_calls: bool = False
     server: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the server's /health answer, if any

@@ -14,11 +14,15 @@ from typing import Any
 from traces.tasks import (
     BaggageGoal,
     CatalogGoal,
+    FareGoal,
     Goal,
+    HotelGoal,
+    NightsGoal,
     PickGoal,
     RouteGoal,
     TourGoal,
     TravellersGoal,
+    TwoLegsGoal,
     parse_goal,
 )
 
@@ -64,6 +68,13 @@ def _line_items(goal: Goal) -> tuple[dict[str, dict[str, Any]], list[float], boo
     if isinstance(goal, CatalogGoal):
         # Each item has its own quantity; one multiplicity per tool cannot say that, so totals are not checked.
         return {}, sorted({float(q) for q, _ in goal.items}), False
+    if isinstance(goal, FareGoal | TwoLegsGoal):
+        legs = 1 if isinstance(goal, FareGoal) else 2
+        return {"lookup_flight": {"multiplicity": 1, "key_args": _KEY_ARGS["lookup_flight"], "count": legs}}, [], True
+    if isinstance(goal, HotelGoal | NightsGoal):
+        nights = goal.nights if isinstance(goal, NightsGoal) else 1
+        return ({"lookup_hotel": {"multiplicity": nights, "key_args": ["city"], "count": 1}},
+                [nights] if nights > 1 else [], True)
     if isinstance(goal, TravellersGoal):
         # The fare counts once per traveller listed in a file: a count no priced line item carries.
         return {}, [], False

@@ -38,8 +38,9 @@ PREAMBLE = ("You are a booking assistant. Use the tools to gather every number y
 GOOD_WEATHER = ("sunny", "mild")
 WEATHER_WORDS = ("sunny", "mild", "cloudy", "rainy", "windy", "snowy")
 TASK_KINDS = ("route", "tour", "pick", "catalog", "baggage", "travellers")
-# Tasks sized for a small real model: one lookup, or two values and one sum or product. Each agent gets its
-# task's tools with the lookup it needs listed last: SmolLM2-135M mostly calls the last tool listed.
+# Tasks sized for a small real model: one lookup, or two values and one sum or product, each with the one lookup
+# tool it needs. With a second tool listed (get_weather, calculator) SmolLM2-135M called it first in most runs
+# (docs/real-model.md), so a wrong tool is not what these tasks measure.
 SMALL_TASK_KINDS = ("fare", "hotel", "nights", "two_legs")
 
 
@@ -337,12 +338,12 @@ class TravellersGoal(Goal):
 
 @dataclass(frozen=True)
 class FareGoal(Goal):
-    """One lookup: a one-way fare (the hotel tool is there to be picked by mistake)."""
+    """One lookup: a one-way fare."""
 
     origin: str
     destination: str
     kind = "fare"
-    tools = ("lookup_hotel", "lookup_flight")  # the needed tool last: see SMALL_TASK_KINDS
+    tools = ("lookup_flight",)
     PATTERN = re.compile(r"What is the one-way economy fare from (\w+) to (\w+)\? Report the total in USD\.")
 
     def text(self) -> str:
@@ -359,11 +360,11 @@ class FareGoal(Goal):
 
 @dataclass(frozen=True)
 class HotelGoal(Goal):
-    """One lookup: a hotel's nightly rate (the weather tool is there to be picked by mistake)."""
+    """One lookup: a hotel's nightly rate."""
 
     city: str
     kind = "hotel"
-    tools = ("get_weather", "lookup_hotel")
+    tools = ("lookup_hotel",)
     PATTERN = re.compile(r"What is the nightly rate of the recommended hotel in (\w+)\? Report the total in USD\.")
 
     def text(self) -> str:
@@ -379,12 +380,12 @@ class HotelGoal(Goal):
 
 @dataclass(frozen=True)
 class NightsGoal(Goal):
-    """A lookup and a product: some nights at one hotel."""
+    """A lookup and a product: some nights at one hotel (worked out by the model: no calculator)."""
 
     city: str
     nights: int
     kind = "nights"
-    tools = ("calculator", "lookup_hotel")
+    tools = ("lookup_hotel",)
     PATTERN = re.compile(r"What do (\d+) nights at the recommended hotel in (\w+) cost\? Report the total in USD\.")
 
     def text(self) -> str:
@@ -401,13 +402,13 @@ class NightsGoal(Goal):
 
 @dataclass(frozen=True)
 class TwoLegsGoal(Goal):
-    """Two lookups and a sum: two one-way fares."""
+    """Two lookups and a sum: two one-way fares (worked out by the model: no calculator)."""
 
     origin: str
     via: str
     destination: str
     kind = "two_legs"
-    tools = ("calculator", "lookup_flight")
+    tools = ("lookup_flight",)
     PATTERN = re.compile(r"What do the one-way fares (\w+)->(\w+) and (\w+)->(\w+) cost together\? Report the total "
                          r"in USD\.")
 
