@@ -292,3 +292,39 @@ def test_model_info_command_prints_the_hash(local_model):
     command = Path(sys.executable).with_name("guardrail")
     out = subprocess.run([str(command), "model", "info"], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(out.stdout)["model_sha256"] == local_model[1]["model_sha256"]
+
+
+# --------------------------------------------------------------------------- a long collection resumes
+def test_a_resumed_collection_runs_only_the_positions_left(tmp_path):
+    from traces.collect import collect, write_collected
+
+    first, _ = collect("langgraph", 4, 5, show_progress=False)
+    resumed, _ = collect("langgraph", 4, 5, show_progress=False, done=(first[:2], []))
+    assert [e.episode_id for e in resumed] == [e.episode_id for e in first]
+    assert [e.steps[0].text for e in resumed[2:]] == [e.steps[0].text for e in first[2:]]
+    write_collected(tmp_path / "c", "langgraph", 4, 5, show_progress=False)
+    with pytest.raises(ValueError, match="seed"):
+        write_collected(tmp_path / "c", "langgraph", 4, 6, show_progress=False, resume=True)
+    again = write_collected(tmp_path / "c", "langgraph", 4, 5, show_progress=False, resume=True)
+    assert len(again.episodes) + len(again.rejected) == 4
+
+
+def test_consistency_measurement_counts_rejections_and_fabrications():
+    from traces.bench.real import consistency_on_samples
+
+    right = ("lookup_flight", {"origin": "Prague", "destination": "Lisbon"})
+    planned = [right]
+    cities = ["Oslo", "Quito", "Hanoi", "Dakar", "Perth"]
+    plans = [
+        {"samples": [right] * 5, "planned": planned},  # agreed and right: accepted
+        {"samples": [("lookup_flight", {"origin": c, "destination": "Lisbon"}) for c in cities],
+         "planned": planned},  # scattered, the executed one fabricated: rejected
+        {"samples": [("lookup_flight", {"origin": "Lisbon", "destination": "Prague"})] * 5,
+         "planned": planned},  # agreed on swapped arguments: fabricated, accepted
+        {"samples": [right] + [("lookup_flight", {"origin": c, "destination": "Prague"}) for c in cities[:4]],
+         "planned": planned},  # the executed one right, the rest scattered: a rejection of a right plan
+    ]
+    figures = consistency_on_samples(plans)
+    assert figures["plans"] == 4 and figures["fabricated_plans"] == 2 and figures["rejected"] == 2
+    assert figures["fabricated_rejected"] == "1/2" and figures["fabricated_accepted_share"] == 0.5
+    assert figures["false_positive_share_of_rejections"] == 0.5

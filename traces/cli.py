@@ -34,6 +34,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.2, help="sampling temperature of a real model (0.2)")
     parser.add_argument("--max-steps", type=int, default=4, help="model calls per episode at most, real model (4)")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads of a started local server (1)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted collection of the same command in -o (done episodes are kept)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -70,7 +72,8 @@ def _run(args: argparse.Namespace) -> int:
         with _model(args) as model:
             manifest = write_collected(args.out, args.framework, args.n, args.seed, classes=args.classes,
                                        healthy_share=args.healthy_share, name=args.name, show_progress=not args.quiet,
-                                       model=model, model_name="scripted-policy" if model is None else args.model)
+                                       model=model, model_name="scripted-policy" if model is None else args.model,
+                                       resume=args.resume)
     except (ValueError, RuntimeError) as exc:
         sys.stderr.write(f"guardrail collect: {exc}\n")
         return 2

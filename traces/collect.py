@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -184,13 +185,16 @@ def label_run(episode: Episode, task: Task, requested: str, *, injector: Injecto
 def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES, healthy_share: float = 0.4,
             db: BookingDB | None = None, show_progress: bool = True, model: Any = None,
             on_batch: Callable[[list[Episode], list[RejectedEntry]], None] | None = None,
-            batch: int = 10) -> tuple[list[Episode], list[RejectedEntry]]:
+            batch: int = 10, done: tuple[list[Episode], list[RejectedEntry]] | None = None,
+            ) -> tuple[list[Episode], list[RejectedEntry]]:
     """Collect `n` requested episodes on `framework`; returns (kept episodes, rejected entries).
 
     `model` replaces the scripted policy with a real model: an `EndpointSpec` (see the module
     docstring), or a chat model / AutoGen client used as is. Its slips cannot be ordered, so the
     scripted organic classes are not requested; what it does is labelled afterwards. `on_batch`
-    sees the results so far every `batch` episodes (a long real collection saves as it goes).
+    sees the results so far every `batch` episodes (a long real collection saves as it goes). `done`
+    holds episodes (and rejections) of an earlier, interrupted run of the same command: their
+    positions are not run again (each position's episode depends only on the seed and the position).
     """
     from guardrail.core.cliutil import progress
 
@@ -199,12 +203,15 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
     database = db or BookingDB()
     labels = requested_labels(n, seed, classes, healthy_share)
     runner = _Runner(framework, model)
-    kept: list[Episode] = []
-    rejected: list[RejectedEntry] = []
+    kept: list[Episode] = list(done[0]) if done else []
+    rejected: list[RejectedEntry] = list(done[1]) if done else []
+    finished = {e.episode_id for e in kept} | {r.episode_id for r in rejected}
     try:
         items: Iterator[tuple[int, str]] = progress(enumerate(labels), desc=f"collect {framework}", total=n,
                                                      enabled=show_progress)
         for index, requested in items:
+            if f"{framework}-{requested}-{index:04d}" in finished:
+                continue
             try:
                 outcome = collect_episode(framework, index, requested, seed, db=database, runner=runner)
             except Exception as exc:  # noqa: BLE001 - a real model or its server failing one run ends only that run
@@ -222,11 +229,12 @@ def collect(framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_C
 
 def write_collected(out: str | Path, framework: str, n: int, seed: int, *, classes: Sequence[str] = ALL_CLASSES,
                     healthy_share: float = 0.4, name: str | None = None, show_progress: bool = True,
-                    model: Any = None, model_name: str = "scripted-policy") -> Manifest:
+                    model: Any = None, model_name: str = "scripted-policy", resume: bool = False) -> Manifest:
     """Collect and write a corpus to `out` (see `guardrail.core.corpus.write_corpus`).
 
     A real model's corpus is also written every 10 episodes (``generator.partial`` true until the end),
-    so a long collection can be read, and kept, while it runs.
+    so a long collection can be read, and kept, while it runs; ``resume=True`` continues one whose
+    manifest at `out` came from the same command (framework, n, seed, classes, share, model).
     """
     generator: dict[str, Any] = {"tool": "guardrail collect", "guardrail_version": version(), "framework": framework,
                                  "n": n, "seed": seed, "classes": list(classes), "healthy_share": healthy_share,
@@ -235,12 +243,34 @@ def write_collected(out: str | Path, framework: str, n: int, seed: int, *, class
         generator["model_provenance"] = model.describe()
         generator["task_kinds"] = list(SMALL_TASK_KINDS)
     corpus_name = name or Path(out).name
+    done = _earlier_run(Path(out), generator) if resume else None
 
     def save(episodes: list[Episode], rejected: list[RejectedEntry], partial: bool) -> Manifest:
         return write_corpus(out, episodes, name=corpus_name, rejected=rejected,
                             generator={**generator, **({"partial": True} if partial else {})})
 
+    def save_partial(episodes: list[Episode], rejected: list[RejectedEntry]) -> None:
+        save(episodes, rejected, True)
+
     episodes, rejected = collect(framework, n, seed, classes=classes, healthy_share=healthy_share,
                                  show_progress=show_progress, model=model,
-                                 on_batch=(lambda e, r: save(e, r, True)) if isinstance(model, EndpointSpec) else None)
+                                 on_batch=save_partial if isinstance(model, EndpointSpec) else None, done=done)
     return save(episodes, rejected, False)
+
+
+_SAME_RUN = ("framework", "n", "seed", "classes", "healthy_share", "model")
+
+
+def _earlier_run(out: Path, generator: dict[str, Any]) -> tuple[list[Episode], list[RejectedEntry]] | None:
+    """The episodes of an interrupted run of the same command at `out`, or None when there is none."""
+    from guardrail.core.corpus import read_corpus
+
+    if not (out / "manifest.json").is_file():
+        return None
+    corpus = read_corpus(out)
+    earlier = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("generator") or {}
+    differs = [k for k in _SAME_RUN if earlier.get(k) != generator.get(k)]
+    if differs:
+        raise ValueError(f"{out} holds a corpus from another command ({', '.join(differs)} differ); "
+                         "choose another directory or drop --resume")
+    return corpus.episodes, corpus.rejected

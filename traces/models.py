@@ -33,7 +33,7 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SecretStr
 
 from adapters.steps import LATENCY_KEY
 from traces.policy import CallResult, Policy, Reply, Transcript
@@ -359,8 +359,8 @@ def endpoint_model(framework: str, model: str, endpoint: str | None = None, *, t
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
 
             extra: dict[str, Any] = {} if parallel_tool_calls is None else {"parallel_tool_calls": parallel_tool_calls}
-            return ChatOpenAI(model=name, base_url=endpoint, api_key=api_key, temperature=temperature,
-                              logprobs=True, seed=seed, max_tokens=max_tokens, model_kwargs=extra)
+            return ChatOpenAI(model=name, base_url=endpoint, api_key=SecretStr(api_key), temperature=temperature,
+                              logprobs=True, seed=seed, max_completion_tokens=max_tokens, model_kwargs=extra)
         if framework == "langgraph":
             from langchain_ollama import ChatOllama  # type: ignore[import-not-found]
 

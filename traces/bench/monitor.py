@@ -25,7 +25,7 @@ from guardrail.core.corpus import read_corpus
 from guardrail.core.events import Episode
 from monitors.monitor import PRESETS, StepMonitor
 
-__all__ = ["BENCH", "Split", "evaluate", "published_split"]
+__all__ = ["BENCH", "Split", "evaluate", "evaluate_monitor", "published_split"]
 
 DEFAULT_MONITORS = ("esn_cusum_max", "delta_mahalanobis", "mahalanobis", "hybrid", "default")
 MIN_STEPS = 4
@@ -38,9 +38,12 @@ class Split:
         self.train, self.val, self.test = train, val, test
 
 
-def published_split(episodes: Sequence[Episode], seed: int = 0) -> Split:
-    """The published protocol: T >= 4; healthy 60/20/20 by a seeded permutation; test adds every injected episode."""
-    kept = [e for e in episodes if len(e.steps) >= MIN_STEPS]
+def published_split(episodes: Sequence[Episode], seed: int = 0, *, min_steps: int = MIN_STEPS) -> Split:
+    """The published protocol: T >= 4; healthy 60/20/20 by a seeded permutation; test adds every injected episode.
+
+    `min_steps` lowers the T floor for corpora of short tasks (a real small model's runs: 2 steps).
+    """
+    kept = [e for e in episodes if len(e.steps) >= min_steps]
     healthy = [e for e in kept if e.is_healthy]
     injected = [e for e in kept if not e.is_healthy]
     order = np.random.default_rng(seed).permutation(len(healthy))
@@ -73,8 +76,13 @@ def split_from_file(episodes: Sequence[Episode], spec: dict[str, Any], corpus_na
 
 def evaluate(preset: str, split: Split, beta: float = 0.05, timing_repeats: int = 5) -> dict[str, Any]:
     """Fit `preset` on split.train, calibrate on split.val, score split.test; the benchmark's metrics."""
+    return evaluate_monitor(StepMonitor.preset(preset, beta=beta), split, timing_repeats)
+
+
+def evaluate_monitor(monitor: StepMonitor, split: Split, timing_repeats: int = 0) -> dict[str, Any]:
+    """`evaluate` for a monitor built by the caller (e.g. with a chosen set of telemetry channels)."""
     started = time.perf_counter()
-    monitor = StepMonitor.preset(preset, beta=beta).fit(split.train)
+    monitor = monitor.fit(split.train)
     fit_s = time.perf_counter() - started
     monitor.calibrate(split.val)
     healthy_max, injected_max, labels_max = [], [], []
@@ -114,6 +122,7 @@ def evaluate(preset: str, split: Split, beta: float = 0.05, timing_repeats: int 
         "n_train": len(split.train),
         "n_val": len(split.val),
         "n_test": len(split.test),
+        "channels": list(monitor.telemetry_.channels_),
     }
 
 
