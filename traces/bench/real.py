@@ -36,6 +36,7 @@ CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 REAL = {"langgraph": CORPORA / "real_smollm2_langgraph", "autogen": CORPORA / "real_smollm2_autogen"}
 SCRIPTED = {"langgraph": CORPORA / "testbed_langgraph", "autogen": CORPORA / "testbed_autogen"}
 MIN_STEPS_REAL = 2
+WHAT = ("corpus", "monitor", "verifiers", "consistency", "live")
 EPOCH = "booking-seed-v1"  # the booking database is rebuilt from one shipped seed file: it never moves
 
 
@@ -226,11 +227,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sampling temperature(s) for the plans (default: 0.2, the collection's, and 0.7)")
     parser.add_argument("--live", type=int, default=2, help="episodes per framework run live now (2; 0: skip)")
     parser.add_argument("--endpoint", default=None, help="a running model server (default: start one)")
+    parser.add_argument("--what", action="append", choices=WHAT, default=None,
+                        help=f"measurement(s) to run (default: all of {', '.join(WHAT)})")
     parser.add_argument("--json", action="store_true", help="one JSON object per measurement")
 
 
 def _run(args: argparse.Namespace) -> int:
     frameworks = args.framework or sorted(REAL)
+    wanted = set(args.what or WHAT)
     rows: list[dict[str, Any]] = []
 
     def emit(record: dict[str, Any]) -> None:
@@ -239,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
             emit_json(record)
 
     sha: str | None = None
-    for framework in frameworks:
+    for framework in frameworks if wanted & {"corpus", "monitor", "verifiers"} else []:
         if not (REAL[framework] / "manifest.json").is_file():
             emit(_record("corpus", framework, 0, None, error=f"{REAL[framework]} is missing: collect it first "
                          f"(traces/corpora/README.md)"))
@@ -247,34 +251,38 @@ def _run(args: argparse.Namespace) -> int:
         corpus = read_corpus(REAL[framework])
         episodes = corpus.episodes
         sha = sha or _model_sha(episodes)
-        emit(_record("corpus", framework, len(episodes), sha, **corpus_summary(episodes, len(corpus.rejected)),
-                     command=corpus_command(corpus)))
+        if "corpus" in wanted:
+            emit(_record("corpus", framework, len(episodes), sha, **corpus_summary(episodes, len(corpus.rejected)),
+                         command=corpus_command(corpus)))
         scripted = read_corpus(SCRIPTED[framework]).episodes if (SCRIPTED[framework] / "manifest.json").is_file() \
             else []
-        emit(_record("monitor", framework, len(episodes), sha, **monitor_figures(episodes, seed=args.seed,
-                                                                               repeats=args.repeats),
-                     scripted_twin=monitor_figures(scripted, seed=args.seed, min_steps=4, repeats=args.repeats)
-                     if scripted else None))
-        emit(_record("verifiers", framework, len(episodes), sha, flagged=verifier_figures(episodes),
-                     scripted_twin=verifier_figures(scripted) if scripted else None))
-    if args.plans or args.live:
+        if "monitor" in wanted:
+            emit(_record("monitor", framework, len(episodes), sha, **monitor_figures(episodes, seed=args.seed,
+                                                                                   repeats=args.repeats),
+                         scripted_twin=monitor_figures(scripted, seed=args.seed, min_steps=4, repeats=args.repeats)
+                         if scripted else None))
+        if "verifiers" in wanted:
+            emit(_record("verifiers", framework, len(episodes), sha, flagged=verifier_figures(episodes),
+                         scripted_twin=verifier_figures(scripted) if scripted else None))
+    plans = args.plans if "consistency" in wanted else 0
+    live = args.live if "live" in wanted else 0
+    if plans or live:
         from traces.model_server import running_server
 
         with running_server(args.endpoint) as (base_url, info):
             sha = info.get("model_sha256") or sha
-            if args.plans:
+            if plans:
                 from traces.tasks import SMALL_TASK_KINDS, make_task
 
-                tasks = [make_task(10_000 + args.seed + i, kinds=SMALL_TASK_KINDS) for i in range(args.plans)]
+                tasks = [make_task(10_000 + args.seed + i, kinds=SMALL_TASK_KINDS) for i in range(plans)]
                 for temperature in args.temperature or [0.2, 0.7]:
                     started = time.perf_counter()
                     plans = sample_plans(base_url, tasks, n=args.samples, temperature=temperature, seed=args.seed)
                     emit(_record("consistency", "openai-client", len(plans), sha, samples_per_plan=args.samples,
                                  temperature=temperature, **consistency_on_samples(plans),
                                  seconds=round(time.perf_counter() - started, 1)))
-            for framework in frameworks if args.live else []:
-                emit(_record("live", framework, args.live, sha, **_live(framework, base_url, info, args.live,
-                                                                        args.seed)))
+            for framework in frameworks if live else []:
+                emit(_record("live", framework, live, sha, **_live(framework, base_url, info, live, args.seed)))
     if not args.json:
         print_table([{k: v for k, v in r.items() if not isinstance(v, dict)} for r in rows])
     return 0
