@@ -328,3 +328,16 @@ def test_consistency_measurement_counts_rejections_and_fabrications():
     assert figures["plans"] == 4 and figures["fabricated_plans"] == 2 and figures["rejected"] == 2
     assert figures["fabricated_rejected"] == "1/2" and figures["fabricated_accepted_share"] == 0.5
     assert figures["false_positive_share_of_rejections"] == 0.5
+
+
+def test_a_resume_runs_again_what_a_higher_floor_rejected(tmp_path):
+    from guardrail.core.corpus import RejectedEntry, write_corpus
+    from traces.collect import _earlier_run
+
+    generator = {"framework": "langgraph", "n": 2, "seed": 1, "classes": ["healthy"], "healthy_share": 0.6,
+                 "model": "local:smollm2", "model_provenance": {}}
+    write_corpus(tmp_path, [], rejected=[
+        RejectedEntry(episode_id="langgraph-healthy-0000", reason="run too short: T=1 < 2"),
+        RejectedEntry(episode_id="langgraph-healthy-0001", reason="injector never fired: ...")], generator=generator)
+    episodes, rejected = _earlier_run(tmp_path, generator)
+    assert episodes == [] and [r.episode_id for r in rejected] == ["langgraph-healthy-0001"]

@@ -13,7 +13,7 @@ failure classes); what is recorded is what happened:
 With a real model (an `EndpointSpec`) the tasks are the small ones (`SMALL_TASK_KINDS`), each agent
 gets only its task's tools, each episode's client carries the episode seed, a "healthy" request is
 whatever the model then does (labelled by `traces.labeller.classify_real`: healthy or the organic
-class of its first slip), injected classes start at a call the run makes, and runs from 2 steps are kept.
+class of its first slip), injected classes start at a call the run makes, and runs from 1 step are kept.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ __all__ = ["ALL_CLASSES", "FRAMEWORKS", "collect", "collect_episode", "episode_s
 ALL_CLASSES = (HEALTHY, *INJECTED_CLASSES, *ORGANIC_CLASSES)
 FRAMEWORKS = ("langgraph", "autogen")
 MIN_T = 4
-MIN_T_REAL = 2  # a small task answered after one lookup is two steps
+MIN_T_REAL = 1  # a real run can end at its first reply (a call it never closed): that is an outcome too
 _SLIP_RATE = {"arithmetic_error": "arithmetic_rate", "incomplete": "skip_rate", "hallucinated": "hallucinate_rate"}
 
 
@@ -259,6 +260,7 @@ def write_collected(out: str | Path, framework: str, n: int, seed: int, *, class
 
 
 _SAME_RUN = ("framework", "n", "seed", "classes", "healthy_share", "model")
+_TOO_SHORT = re.compile(r"run too short: T=(\d+) < \d+")
 
 
 def _earlier_run(out: Path, generator: dict[str, Any]) -> tuple[list[Episode], list[RejectedEntry]] | None:
@@ -273,4 +275,7 @@ def _earlier_run(out: Path, generator: dict[str, Any]) -> tuple[list[Episode], l
     if differs:
         raise ValueError(f"{out} holds a corpus from another command ({', '.join(differs)} differ); "
                          "choose another directory or drop --resume")
-    return corpus.episodes, corpus.rejected
+    # A position rejected as too short under a higher floor than today's is run again.
+    min_t = MIN_T_REAL if "model_provenance" in generator else MIN_T
+    still = [r for r in corpus.rejected if not ((m := _TOO_SHORT.match(r.reason)) and int(m.group(1)) >= min_t)]
+    return corpus.episodes, still
