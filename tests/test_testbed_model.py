@@ -330,7 +330,7 @@ def test_consistency_measurement_counts_rejections_and_fabrications():
     assert figures["false_positive_share_of_rejections"] == 0.5
 
 
-def test_a_resume_runs_again_what_a_higher_floor_rejected(tmp_path):
+def test_a_resume_runs_again_what_todays_rules_keep(tmp_path):
     from guardrail.core.corpus import RejectedEntry, write_corpus
     from traces.collect import _earlier_run
 
@@ -340,4 +340,7 @@ def test_a_resume_runs_again_what_a_higher_floor_rejected(tmp_path):
         RejectedEntry(episode_id="langgraph-healthy-0000", reason="run too short: T=1 < 2"),
         RejectedEntry(episode_id="langgraph-healthy-0001", reason="injector never fired: ...")], generator=generator)
     episodes, rejected = _earlier_run(tmp_path, generator)
-    assert episodes == [] and [r.episode_id for r in rejected] == ["langgraph-healthy-0001"]
+    assert episodes == [] and rejected == []  # a real run whose injector never fired is now kept as its own run
+    del generator["model_provenance"]  # the scripted collector: T >= 4, an injector must fire
+    _, rejected = _earlier_run(tmp_path, generator)
+    assert [r.episode_id for r in rejected] == ["langgraph-healthy-0000", "langgraph-healthy-0001"]

@@ -13,7 +13,8 @@ failure classes); what is recorded is what happened:
 With a real model (an `EndpointSpec`) the tasks are the small ones (`SMALL_TASK_KINDS`), each agent
 gets only its task's tools, each episode's client carries the episode seed, a "healthy" request is
 whatever the model then does (labelled by `traces.labeller.classify_real`: healthy or the organic
-class of its first slip), injected classes start at a call the run makes, and runs from 1 step are kept.
+class of its first slip), injected classes start at a call the run makes (a run that never reached
+that call saw only real results and is labelled as the model's own run), and runs from 1 step are kept.
 """
 
 from __future__ import annotations
@@ -157,6 +158,12 @@ def label_run(episode: Episode, task: Task, requested: str, *, injector: Injecto
         return RejectedEntry(episode_id=episode_id, reason=f"run too short: T={episode.T} < {min_t}",
                              requested_label=requested, meta=meta_common)
     grade = grade_episode(episode, task)
+    if injector is not None and not injector.applied and real:
+        # Every result the model saw was real: this is a run of the model like any other (an expensive one).
+        injector_note = {"injection": {**injector.describe(), "fired": False}}
+        injector = None
+    else:
+        injector_note = {}
     if injector is not None:
         if not injector.applied:
             return RejectedEntry(
@@ -170,7 +177,7 @@ def label_run(episode: Episode, task: Task, requested: str, *, injector: Injecto
                  "outcome_reason": grade.reason}
     elif real:
         label, tau, findings = classify_real(episode, task, grade)
-        extra = {"outcome": grade.label, "outcome_reason": grade.reason, "organic": findings}
+        extra = {"outcome": grade.label, "outcome_reason": grade.reason, "organic": findings, **injector_note}
     else:
         if requested in ORGANIC_CLASSES and grade.label == HEALTHY:
             return RejectedEntry(episode_id=episode_id, requested_label=requested, meta=meta_common,
@@ -275,7 +282,15 @@ def _earlier_run(out: Path, generator: dict[str, Any]) -> tuple[list[Episode], l
     if differs:
         raise ValueError(f"{out} holds a corpus from another command ({', '.join(differs)} differ); "
                          "choose another directory or drop --resume")
-    # A position rejected as too short under a higher floor than today's is run again.
-    min_t = MIN_T_REAL if "model_provenance" in generator else MIN_T
-    still = [r for r in corpus.rejected if not ((m := _TOO_SHORT.match(r.reason)) and int(m.group(1)) >= min_t)]
-    return corpus.episodes, still
+    # A position rejected under a rule that no longer rejects it is run again: too short under a higher
+    # floor than today's, or (a real model) an injector that never fired, now kept as the model's own run.
+    real = "model_provenance" in generator
+    min_t = MIN_T_REAL if real else MIN_T
+
+    def still_rejected(entry: RejectedEntry) -> bool:
+        short = _TOO_SHORT.match(entry.reason)
+        if short and int(short.group(1)) >= min_t:
+            return False
+        return not (real and entry.reason.startswith("injector never fired"))
+
+    return corpus.episodes, [r for r in corpus.rejected if still_rejected(r)]
