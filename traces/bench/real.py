@@ -54,8 +54,9 @@ def _record(what: str, framework: str, n: int, sha: str | None, **figures: Any) 
 
 # --------------------------------------------------------------------------- corpus
 def corpus_summary(episodes: list[Episode], rejected: int) -> dict[str, Any]:
-    """Labels, the model's own runs (no injector) and how many came out right, tasks by kind."""
-    own = [e for e in episodes if e.meta.get("requested_label") == HEALTHY]
+    """Labels, the model's own runs (no injector, or one that never fired) and how many came out right, by task kind."""
+    own = [e for e in episodes if e.meta.get("requested_label") == HEALTHY
+           or (e.meta.get("injection") or {}).get("fired") is False]
     right = [e for e in own if e.label == HEALTHY]
     by_kind: dict[str, list[int]] = {}
     for episode in own:
