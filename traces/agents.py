@@ -9,6 +9,7 @@ LangChain ``AIMessage``/``ToolMessage`` or AutoGen ``ToolCallExecutionEvent``s.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -87,13 +88,47 @@ def _tool_latencies(calls: Sequence[tuple[str, str, Any]], log: Sequence[ToolCal
 
 
 # --------------------------------------------------------------------------- LangGraph
+def real_model_middleware(first_turn_tool_choice: str | None = None) -> Any:
+    """LangChain agent middleware for a real model: stamps each model call's seconds, sets the first turn's tool choice.
+
+    The seconds go where the scripted model and the guard's adapter put them (`LATENCY_KEY` on the
+    AIMessage), so a real run's steps carry model latency too. With `first_turn_tool_choice` a model
+    call that comes before any tool result is made with it: the testbed's small-model agent design
+    (`traces.models.EndpointSpec`; AutoGen's side is `RecordingChatCompletionClient`).
+    """
+    from langchain.agents.middleware import AgentMiddleware
+
+    def first(request: Any) -> Any:
+        if first_turn_tool_choice and request.tools and not any(isinstance(m, ToolMessage) for m in request.messages):
+            return request.override(tool_choice=first_turn_tool_choice)
+        return request
+
+    def stamp(response: Any, started: float) -> Any:
+        for message in getattr(response, "result", None) or []:
+            if isinstance(message, AIMessage):
+                message.response_metadata[LATENCY_KEY] = round(time.perf_counter() - started, 6)
+        return response
+
+    class RealModel(AgentMiddleware[Any, Any, Any]):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            started = time.perf_counter()
+            return stamp(handler(first(request)), started)
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            started = time.perf_counter()
+            return stamp(await handler(first(request)), started)
+
+    return RealModel()
+
+
 def build_langgraph_agent(task: Task, policy: Policy, *, toolbox: ToolBox, checkpointer: Any = None,
-                          middleware: Sequence[Any] = (), model: Any = None) -> Any:
-    """A LangChain v1 `create_agent` graph over the task's tools (an `InMemorySaver` when no checkpointer is given)."""
+                          middleware: Sequence[Any] = (), model: Any = None,
+                          tools: Sequence[str] = BOOKING_TOOLS) -> Any:
+    """A LangChain v1 `create_agent` graph over `tools` (an `InMemorySaver` when no checkpointer is given)."""
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
-    return create_agent(model or ScriptedChatModel(policy=policy), tools=toolbox.langchain_tools(BOOKING_TOOLS),
+    return create_agent(model or ScriptedChatModel(policy=policy), tools=toolbox.langchain_tools(tools),
                         system_prompt=SYSTEM_PROMPT, middleware=list(middleware),
                         checkpointer=checkpointer if checkpointer is not None else InMemorySaver())
 
@@ -119,40 +154,62 @@ def episode_from_langchain(messages: Sequence[BaseMessage], task: Task, policy: 
 
 def run_langgraph_episode(task: Task, policy: Policy, *, checkpointer: Any = None, middleware: Sequence[Any] = (),
                           thread_id: str | None = None, toolbox: ToolBox | None = None,
-                          episode_id: str | None = None, model: Any = None) -> Episode:
-    """Run `task` through a real `create_agent` graph and return the episode (``meta["thread_id"]`` names the thread)."""
+                          episode_id: str | None = None, model: Any = None, tools: Sequence[str] = BOOKING_TOOLS,
+                          max_steps: int | None = None) -> Episode:
+    """Run `task` through a real `create_agent` graph and return the episode (``meta["thread_id"]`` names the thread).
+
+    `max_steps` bounds the model calls (a real model may never stop calling tools): the graph's
+    recursion limit then ends the run, the state so far is read back from the checkpointer and
+    ``meta["stopped"]`` says ``"step_limit"``.
+    """
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.errors import GraphRecursionError
+
     box = toolbox or booking_tools()
-    graph = build_langgraph_agent(task, policy, toolbox=box, checkpointer=checkpointer, middleware=middleware,
-                                  model=model)
+    saver = checkpointer if checkpointer is not None else InMemorySaver()
+    graph = build_langgraph_agent(task, policy, toolbox=box, checkpointer=saver, middleware=middleware,
+                                  model=model, tools=tools)
     thread = thread_id or f"{task.task_id}-{policy.seed}-{uuid.uuid4().hex[:8]}"
-    config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * policy.max_steps + 10}
-    state = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
-    model_name = getattr(model, "model_name", None) or "scripted-policy"
-    return episode_from_langchain(state["messages"], task, policy, log=box.log, episode_id=episode_id,
-                                  model=model_name, meta={"thread_id": thread})
+    limit = 4 * policy.max_steps + 10 if max_steps is None else 2 * max_steps + 1
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": limit}
+    meta: dict[str, Any] = {"thread_id": thread}
+    try:
+        messages = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)["messages"]
+    except GraphRecursionError:
+        messages = graph.get_state(config).values.get("messages", [])
+        meta["stopped"] = "step_limit"
+    model_name = str(getattr(model, "model_name", None) or "scripted-policy")
+    return episode_from_langchain(messages, task, policy, log=box.log, episode_id=episode_id,
+                                  model=model_name, meta=meta)
 
 
 # --------------------------------------------------------------------------- AutoGen
 def build_autogen_agent(task: Task, policy: Policy, *, toolbox: ToolBox, workbench: Any = None,
-                        client: Any = None) -> tuple[Any, Any]:
-    """An AutoGen `AssistantAgent` over the task's tools (a `StaticWorkbench` when none is given), and its client."""
+                        client: Any = None, tools: Sequence[str] = BOOKING_TOOLS,
+                        max_steps: int | None = None) -> tuple[Any, Any]:
+    """An AutoGen `AssistantAgent` over `tools` (a `StaticWorkbench` when none is given), and its client."""
     from autogen_agentchat.agents import AssistantAgent
     from autogen_core.tools import StaticWorkbench
 
     model_client = client or ScriptedChatCompletionClient(policy)
-    bench = workbench if workbench is not None else StaticWorkbench(toolbox.autogen_tools(BOOKING_TOOLS))
+    bench = workbench if workbench is not None else StaticWorkbench(toolbox.autogen_tools(tools))
     agent = AssistantAgent("booking_agent", model_client=model_client, workbench=bench, system_message=SYSTEM_PROMPT,
-                           max_tool_iterations=policy.max_steps + 2, reflect_on_tool_use=False)
+                           max_tool_iterations=policy.max_steps + 2 if max_steps is None else max_steps,
+                           reflect_on_tool_use=False)
     return agent, model_client
 
 
-def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletionClient, task: Task, policy: Policy, *,
+def episode_from_autogen(messages: Sequence[Any], client: Any, task: Task, policy: Policy, *,
                          log: Sequence[ToolCallRecord] = (), episode_id: str | None = None,
                          meta: dict[str, Any] | None = None) -> Episode:
-    """An `Episode` from an AutoGen run: one step per model reply, results from the ToolCallExecutionEvents."""
+    """An `Episode` from an AutoGen run: one step per model reply, results from the ToolCallExecutionEvents.
+
+    A client that keeps its replies (scripted, or `RecordingChatCompletionClient` around a real one) gives
+    steps with the model's own logprobs and latencies; any other client's steps come from the event stream.
+    """
     from autogen_agentchat.messages import ToolCallExecutionEvent
 
-    if not isinstance(client, ScriptedChatCompletionClient):
+    if not hasattr(client, "results") or not hasattr(client, "latencies"):
         return _episode_from_autogen_messages(messages, task, policy, log=log, episode_id=episode_id,
                                               model=str(getattr(client, "model_name", None) or type(client).__name__),
                                               meta=meta)
@@ -164,8 +221,8 @@ def episode_from_autogen(messages: Sequence[Any], client: ScriptedChatCompletion
     steps = [step_from_autogen_result(i, result, executed, task=task.prompt, model_latency_s=latency,
                                       tool_latency_s=latencies, final=i == last)
              for i, (result, latency) in enumerate(zip(client.results, client.latencies, strict=True))]
-    return _episode(task, steps, framework="autogen", model=client.model_name, episode_id=episode_id, policy=policy,
-                    meta=meta or {})
+    return _episode(task, steps, framework="autogen", model=str(client.model_name), episode_id=episode_id,
+                    policy=policy, meta=meta or {})
 
 
 def _episode_from_autogen_messages(messages: Sequence[Any], task: Task, policy: Policy, *,
@@ -182,13 +239,23 @@ def _episode_from_autogen_messages(messages: Sequence[Any], task: Task, policy: 
 
 
 async def arun_autogen_episode(task: Task, policy: Policy, *, workbench: Any = None, toolbox: ToolBox | None = None,
-                               episode_id: str | None = None, client: Any = None) -> Episode:
-    """Run `task` through a real AutoGen `AssistantAgent` (async); `client` replaces the scripted model."""
+                               episode_id: str | None = None, client: Any = None,
+                               tools: Sequence[str] = BOOKING_TOOLS, max_steps: int | None = None) -> Episode:
+    """Run `task` through a real AutoGen `AssistantAgent` (async); `client` replaces the scripted model.
+
+    With `max_steps` the agent makes at most that many model calls; a run that used them all on tool
+    calls has ``meta["stopped"] = "step_limit"``.
+    """
     box = toolbox or booking_tools()
-    agent, client = build_autogen_agent(task, policy, toolbox=box, workbench=workbench, client=client)
+    agent, client = build_autogen_agent(task, policy, toolbox=box, workbench=workbench, client=client, tools=tools,
+                                        max_steps=max_steps)
     result = await agent.run(task=task.prompt)
+    meta: dict[str, Any] = {"autogen_messages": len(result.messages)}
+    last = result.messages[-1] if result.messages else None
+    if max_steps is not None and type(last).__name__ == "ToolCallSummaryMessage":
+        meta["stopped"] = "step_limit"
     return episode_from_autogen(result.messages, client, task, policy, log=box.log, episode_id=episode_id,
-                                meta={"autogen_messages": len(result.messages)})
+                                meta=meta)
 
 
 def run_autogen_episode(task: Task, policy: Policy, *, workbench: Any = None, toolbox: ToolBox | None = None,

@@ -18,6 +18,8 @@ def _bench(target: str, summary: str) -> CommandSpec:
 TABLE: dict[str, CommandSpec] = {
     "collect": CommandSpec("traces.cli:COLLECT", "collect a testbed corpus from real framework agents",
                            distribution=_TESTBED),
+    "model": CommandSpec("traces.cli:MODEL", "serve the local model (SmolLM2-135M, OpenAI API) on loopback",
+                         distribution="'guardrail-testbed[model]'"),
     "demo": CommandSpec("traces.demo:DEMO", "run the whole guard on scripted LangGraph and AutoGen agents",
                         distribution=_TESTBED),
     "gate": _bench("traces.bench.gate:BENCH", "gate precision/recall/latency on real projects"),
@@ -30,5 +32,6 @@ TABLE: dict[str, CommandSpec] = {
     "overhead": _bench("traces.bench.overhead:BENCH", "added time per step, guarded vs unguarded"),
     "load": _bench("traces.bench.load:BENCH", "steps/s and memory at 1/8/64 concurrent episodes"),
     "scale": _bench("traces.bench.scale:BENCH", "scoring throughput on 1/2/4 Dask workers vs local"),
+    "real": _bench("traces.bench.real:BENCH", "the layers on a real model's runs (SmolLM2-135M) vs their scripted twins"),
     "coding": _bench("traces.bench.coding:BENCH", "coding testbed: report vs intervene with the gate on a real sdist"),
 }

@@ -10,10 +10,12 @@ messages into a `Transcript`, so the policy decides from exactly what the framew
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autogen_core import FunctionCall
@@ -36,8 +38,8 @@ from pydantic import ConfigDict, Field
 from adapters.steps import LATENCY_KEY
 from traces.policy import CallResult, Policy, Reply, Transcript
 
-__all__ = ["ScriptedChatCompletionClient", "ScriptedChatModel", "endpoint_model", "transcript_from_autogen",
-           "transcript_from_langchain"]
+__all__ = ["EndpointSpec", "RecordingChatCompletionClient", "ScriptedChatCompletionClient", "ScriptedChatModel",
+           "endpoint_model", "transcript_from_autogen", "transcript_from_langchain"]
 
 
 def _text(content: Any) -> str:
@@ -223,39 +225,170 @@ class ScriptedChatCompletionClient(ChatCompletionClient):
 
 
 # --------------------------------------------------------------------------- real endpoints
-def endpoint_model(framework: str, model: str, endpoint: str | None = None, *, temperature: float = 0.2) -> Any:
-    """A real chat model for `framework` from ``openai:NAME`` (any OpenAI-compatible endpoint) or ``ollama:NAME``.
+class RecordingChatCompletionClient(ChatCompletionClient):
+    """A real AutoGen client that keeps each `CreateResult` (with its logprobs) and its latency, like the scripted one.
 
-    The framework's own client library does the talking; a missing one is named with the pip
-    command that installs it. Nothing is contacted until the agent runs.
+    ``first_turn_tool_choice`` (e.g. ``"required"``) replaces the agent's ``tool_choice`` on a call whose
+    messages hold no tool result yet: the small-model agent design of the testbed (see `EndpointSpec`).
+    """
+
+    def __init__(self, inner: ChatCompletionClient, *, model_name: str,
+                 first_turn_tool_choice: str | None = None) -> None:
+        self.inner = inner
+        self.model_name = model_name
+        self.first_turn_tool_choice = first_turn_tool_choice
+        self.results: list[Any] = []
+        self.latencies: list[float] = []
+
+    async def create(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), tool_choice: Any = "auto",
+                     json_output: Any = None, extra_create_args: Mapping[str, Any] | None = None,
+                     cancellation_token: Any = None) -> Any:
+        if tools and self.first_turn_tool_choice and tool_choice == "auto" \
+                and not any(isinstance(m, FunctionExecutionResultMessage) for m in messages):
+            tool_choice = self.first_turn_tool_choice
+        started = time.perf_counter()
+        result = await self.inner.create(messages, tools=tools, tool_choice=tool_choice, json_output=json_output,
+                                         extra_create_args=dict(extra_create_args or {}),
+                                         cancellation_token=cancellation_token)
+        self.results.append(result)
+        self.latencies.append(time.perf_counter() - started)
+        return result
+
+    async def create_stream(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), tool_choice: Any = "auto",
+                            json_output: Any = None, extra_create_args: Mapping[str, Any] | None = None,
+                            cancellation_token: Any = None) -> AsyncGenerator[Any, None]:
+        yield await self.create(messages, tools=tools, tool_choice=tool_choice, json_output=json_output,
+                                extra_create_args=extra_create_args, cancellation_token=cancellation_token)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def actual_usage(self) -> Any:
+        return self.inner.actual_usage()
+
+    def total_usage(self) -> Any:
+        return self.inner.total_usage()
+
+    def count_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
+        return self.inner.count_tokens(messages, tools=tools)
+
+    def remaining_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
+        return self.inner.remaining_tokens(messages, tools=tools)
+
+    @property
+    def model_info(self) -> Any:
+        return self.inner.model_info
+
+    @property
+    def capabilities(self) -> Any:
+        return self.inner.model_info
+
+
+_PROVIDERS = ("openai", "ollama", "local")
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """A real model behind a server, and how the testbed's agents call it (recorded in each episode's provenance).
+
+    ``local:NAME`` and ``openai:NAME`` talk OpenAI's chat-completions API (``local`` is the project's own
+    loopback server, `traces.model_server`); ``ollama:NAME`` uses Ollama's clients. The agent design for
+    a small model: one call per reply (``parallel_tool_calls=False``), the first reply must call a tool
+    (``first_turn_tool_choice="required"``, later ones choose freely), `max_steps` model calls at most,
+    replies capped at `max_tokens`; each episode's calls carry the episode's seed.
+    """
+
+    model: str
+    endpoint: str | None = None
+    temperature: float = 0.2
+    max_tokens: int = 64
+    max_steps: int = 4
+    first_turn_tool_choice: str | None = "required"
+    parallel_tool_calls: bool = False
+    server: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the server's /health answer, if any
+
+    def __post_init__(self) -> None:
+        provider, _, name = self.model.partition(":")
+        if provider not in _PROVIDERS or not name:
+            raise ValueError(f"model {self.model!r}: use local:NAME (the project's model server), openai:NAME "
+                             "(with --endpoint for any OpenAI-compatible server) or ollama:NAME")
+
+    @property
+    def provider(self) -> str:
+        return self.model.partition(":")[0]
+
+    @property
+    def name(self) -> str:
+        return self.model.partition(":")[2]
+
+    def describe(self, seed: int | None = None) -> dict[str, Any]:
+        """What a corpus records about the model: name, file hash, server, sampling and agent settings, seed."""
+        info = dict(self.server)
+        return {"model": self.model, "endpoint": self.endpoint, "model_sha256": info.get("model_sha256"),
+                "model_file": info.get("model_file"), "chat_format": info.get("chat_format"),
+                "server_sampling_defaults": info.get("sampling_defaults"), "llama_cpp_python": info.get("llama_cpp_python"),
+                "sampling": {"temperature": self.temperature, "max_tokens": self.max_tokens,
+                             "parallel_tool_calls": self.parallel_tool_calls,
+                             "first_turn_tool_choice": self.first_turn_tool_choice, "max_steps": self.max_steps},
+                "seed": seed}
+
+    def build(self, framework: str, seed: int | None = None) -> Any:
+        """The framework's own client for this model (LangChain chat model or AutoGen client), seeded."""
+        return endpoint_model(framework, self.model, self.endpoint, temperature=self.temperature, seed=seed,
+                              max_tokens=self.max_tokens, parallel_tool_calls=self.parallel_tool_calls,
+                              first_turn_tool_choice=self.first_turn_tool_choice)
+
+
+def endpoint_model(framework: str, model: str, endpoint: str | None = None, *, temperature: float = 0.2,
+                   seed: int | None = None, max_tokens: int | None = None, parallel_tool_calls: bool | None = None,
+                   first_turn_tool_choice: str | None = None) -> Any:
+    """A real chat model for `framework` from ``openai:NAME`` / ``local:NAME`` (OpenAI-compatible) or ``ollama:NAME``.
+
+    The framework's own client library does the talking (``ChatOpenAI`` / AutoGen's
+    ``OpenAIChatCompletionClient``, asking for token logprobs); a missing one is named with the pip
+    command that installs it. Nothing is contacted until the agent runs. AutoGen clients come
+    wrapped in `RecordingChatCompletionClient` (each reply and its logprobs are kept for the steps).
     """
     provider, _, name = model.partition(":")
-    if provider not in ("openai", "ollama") or not name:
-        raise ValueError(f"model {model!r}: use openai:NAME (with --endpoint for a compatible server) or ollama:NAME")
+    if provider not in _PROVIDERS or not name:
+        raise ValueError(f"model {model!r}: use local:NAME, openai:NAME (with --endpoint for a compatible server) "
+                         "or ollama:NAME")
     api_key = os.environ.get("OPENAI_API_KEY", "not-needed")
     try:
-        if framework == "langgraph" and provider == "openai":
+        if framework == "langgraph" and provider != "ollama":
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
             from pydantic import SecretStr
 
+            extra: dict[str, Any] = {} if parallel_tool_calls is None else {"parallel_tool_calls": parallel_tool_calls}
             return ChatOpenAI(model=name, base_url=endpoint, api_key=SecretStr(api_key), temperature=temperature,
-                              logprobs=True)
+                              logprobs=True, seed=seed, max_completion_tokens=max_tokens, model_kwargs=extra)
         if framework == "langgraph":
             from langchain_ollama import ChatOllama  # type: ignore[import-not-found]
 
-            return ChatOllama(model=name, base_url=endpoint or "http://localhost:11434", temperature=temperature)
-        if provider == "openai":
+            return ChatOllama(model=name, base_url=endpoint or "http://localhost:11434", temperature=temperature,
+                              seed=seed)
+        client: Any
+        if provider != "ollama":
             from autogen_ext.models.openai import OpenAIChatCompletionClient
 
             where: dict[str, Any] = {"base_url": endpoint} if endpoint else {}
-            return OpenAIChatCompletionClient(model=name, api_key=api_key, temperature=temperature,
-                                              model_info=ModelInfo(vision=False, function_calling=True,
-                                                                   json_output=False, family="unknown",
-                                                                   structured_output=False), **where)
-        from autogen_ext.models.ollama import OllamaChatCompletionClient
+            create: dict[str, Any] = {"logprobs": True}
+            if seed is not None:
+                create["seed"] = seed
+            if max_tokens is not None:
+                create["max_tokens"] = max_tokens
+            if parallel_tool_calls is not None:
+                create["parallel_tool_calls"] = parallel_tool_calls
+            client = OpenAIChatCompletionClient(model=name, api_key=api_key, temperature=temperature,
+                                                model_info=ModelInfo(vision=False, function_calling=True,
+                                                                     json_output=False, family="unknown",
+                                                                     structured_output=False), **where, **create)
+        else:
+            from autogen_ext.models.ollama import OllamaChatCompletionClient
 
-        return OllamaChatCompletionClient(model=name, host=endpoint or "http://localhost:11434",
-                                          options={"temperature": temperature})
+            client = OllamaChatCompletionClient(model=name, host=endpoint or "http://localhost:11434",
+                                                options={"temperature": temperature, "seed": seed})
+        return RecordingChatCompletionClient(client, model_name=model, first_turn_tool_choice=first_turn_tool_choice)
     except ModuleNotFoundError as exc:
         package = {"langchain_openai": "langchain-openai", "langchain_ollama": "langchain-ollama",
                    "openai": "autogen-ext[openai]", "ollama": "autogen-ext[ollama]"}.get(

@@ -14,11 +14,15 @@ from typing import Any
 from traces.tasks import (
     BaggageGoal,
     CatalogGoal,
+    FareGoal,
     Goal,
+    HotelGoal,
+    NightsGoal,
     PickGoal,
     RouteGoal,
     TourGoal,
     TravellersGoal,
+    TwoLegsGoal,
     parse_goal,
 )
 
@@ -68,6 +72,13 @@ def _line_items(goal: Goal) -> tuple[dict[str, dict[str, Any]], list[float], boo
         # Each item counts its own quantity, read from the task next to the item's name.
         return ({"search_catalog": {"multiplicity": "quantity", "key_args": ["query"], "count": len(goal.items)}},
                 sorted({float(q) for q, _ in goal.items}), True)
+    if isinstance(goal, FareGoal | TwoLegsGoal):
+        legs = 1 if isinstance(goal, FareGoal) else 2
+        return {"lookup_flight": {"multiplicity": 1, "key_args": _KEY_ARGS["lookup_flight"], "count": legs}}, [], True
+    if isinstance(goal, HotelGoal | NightsGoal):
+        nights = goal.nights if isinstance(goal, NightsGoal) else 1
+        return ({"lookup_hotel": {"multiplicity": nights, "key_args": ["city"], "count": 1}},
+                [nights] if nights > 1 else [], True)
     if isinstance(goal, TravellersGoal):
         # The fares count once per traveller listed in the file the run reads.
         return ({"lookup_flight": {"multiplicity": "travellers", "key_args": _KEY_ARGS["lookup_flight"], "count": 2}},

@@ -25,6 +25,7 @@ __all__ = [
     "Combination",
     "Goal",
     "PlannedCall",
+    "SMALL_TASK_KINDS",
     "Task",
     "TASK_KINDS",
     "make_task",
@@ -37,6 +38,10 @@ PREAMBLE = ("You are a booking assistant. Use the tools to gather every number y
 GOOD_WEATHER = ("sunny", "mild")
 WEATHER_WORDS = ("sunny", "mild", "cloudy", "rainy", "windy", "snowy")
 TASK_KINDS = ("route", "tour", "pick", "catalog", "baggage", "travellers")
+# Tasks sized for a small real model: one lookup, or two values and one sum or product, each with the one lookup
+# tool it needs. With a second tool listed (get_weather, calculator) SmolLM2-135M called it first in most runs
+# (docs/real-model.md), so a wrong tool is not what these tasks measure.
+SMALL_TASK_KINDS = ("fare", "hotel", "nights", "two_legs")
 
 
 @dataclass(frozen=True)
@@ -331,6 +336,96 @@ class TravellersGoal(Goal):
                             f"{_money(values.get(f'flight:{self.destination}>{self.origin}'))}"])
 
 
+@dataclass(frozen=True)
+class FareGoal(Goal):
+    """One lookup: a one-way fare."""
+
+    origin: str
+    destination: str
+    kind = "fare"
+    tools = ("lookup_flight",)
+    PATTERN = re.compile(r"What is the one-way economy fare from (\w+) to (\w+)\? Report the total in USD\.")
+
+    def text(self) -> str:
+        return f"What is the one-way economy fare from {self.origin} to {self.destination}? Report the total in USD."
+
+    def calls(self) -> list[PlannedCall]:
+        return [flight_call(self.origin, self.destination)]
+
+    def combine(self, values: Mapping[str, float | str | None]) -> Combination:
+        fare = values.get(f"flight:{self.origin}>{self.destination}")
+        return Combination(_num(fare), format_number(_num(fare)),
+                           [f"{self.origin}->{self.destination} {_money(fare)}"])
+
+
+@dataclass(frozen=True)
+class HotelGoal(Goal):
+    """One lookup: a hotel's nightly rate."""
+
+    city: str
+    kind = "hotel"
+    tools = ("lookup_hotel",)
+    PATTERN = re.compile(r"What is the nightly rate of the recommended hotel in (\w+)\? Report the total in USD\.")
+
+    def text(self) -> str:
+        return f"What is the nightly rate of the recommended hotel in {self.city}? Report the total in USD."
+
+    def calls(self) -> list[PlannedCall]:
+        return [hotel_call(self.city)]
+
+    def combine(self, values: Mapping[str, float | str | None]) -> Combination:
+        rate = values.get(f"hotel:{self.city}")
+        return Combination(_num(rate), format_number(_num(rate)), [f"{self.city} {_money(rate)} per night"])
+
+
+@dataclass(frozen=True)
+class NightsGoal(Goal):
+    """A lookup and a product: some nights at one hotel (worked out by the model: no calculator)."""
+
+    city: str
+    nights: int
+    kind = "nights"
+    tools = ("lookup_hotel",)
+    PATTERN = re.compile(r"What do (\d+) nights at the recommended hotel in (\w+) cost\? Report the total in USD\.")
+
+    def text(self) -> str:
+        return f"What do {self.nights} nights at the recommended hotel in {self.city} cost? Report the total in USD."
+
+    def calls(self) -> list[PlannedCall]:
+        return [hotel_call(self.city)]
+
+    def combine(self, values: Mapping[str, float | str | None]) -> Combination:
+        rate = values.get(f"hotel:{self.city}")
+        return Combination(self.nights * _num(rate), f"{self.nights} * {format_number(_num(rate))}",
+                           [f"{self.nights} nights at {_money(rate)} in {self.city}"])
+
+
+@dataclass(frozen=True)
+class TwoLegsGoal(Goal):
+    """Two lookups and a sum: two one-way fares (worked out by the model: no calculator)."""
+
+    origin: str
+    via: str
+    destination: str
+    kind = "two_legs"
+    tools = ("lookup_flight",)
+    PATTERN = re.compile(r"What do the one-way fares (\w+)->(\w+) and (\w+)->(\w+) cost together\? Report the total "
+                         r"in USD\.")
+
+    def text(self) -> str:
+        o, v, d = self.origin, self.via, self.destination
+        return f"What do the one-way fares {o}->{v} and {v}->{d} cost together? Report the total in USD."
+
+    def calls(self) -> list[PlannedCall]:
+        return [flight_call(self.origin, self.via), flight_call(self.via, self.destination)]
+
+    def combine(self, values: Mapping[str, float | str | None]) -> Combination:
+        legs = [values.get(f"flight:{self.origin}>{self.via}"), values.get(f"flight:{self.via}>{self.destination}")]
+        return Combination(sum(_num(v) for v in legs), " + ".join(format_number(_num(v)) for v in legs),
+                           [f"{self.origin}->{self.via} {_money(legs[0])}",
+                            f"{self.via}->{self.destination} {_money(legs[1])}"])
+
+
 def parse_goal(text: str) -> Goal | None:
     """The goal a task text asks for (the last one stated, so a "New task:" later in the text wins), or None."""
     found: list[tuple[int, Goal]] = []
@@ -357,6 +452,15 @@ def parse_goal(text: str) -> Goal | None:
         found.append((m.start(), BaggageGoal(m.group(1), m.group(2), int(m.group(3)))))
     for m in TravellersGoal.PATTERN.finditer(text):
         found.append((m.start(), TravellersGoal(m.group(1), m.group(2), m.group(3))))
+    for m in FareGoal.PATTERN.finditer(text):
+        found.append((m.start(), FareGoal(m.group(1), m.group(2))))
+    for m in HotelGoal.PATTERN.finditer(text):
+        found.append((m.start(), HotelGoal(m.group(1))))
+    for m in NightsGoal.PATTERN.finditer(text):
+        found.append((m.start(), NightsGoal(m.group(2), int(m.group(1)))))
+    for m in TwoLegsGoal.PATTERN.finditer(text):
+        if m.group(2) == m.group(3):
+            found.append((m.start(), TwoLegsGoal(m.group(1), m.group(2), m.group(4))))
     return max(found, key=lambda f: f[0])[1] if found else None
 
 
@@ -425,7 +529,17 @@ def make_goal(rng: random.Random, db: BookingDB, kind: str) -> Goal:
     if kind == "travellers":
         o, d = _pick(rng, cities, 2)
         return TravellersGoal(o, d, f"travellers/group-{rng.choice('abcde')}.txt")
-    raise ValueError(f"unknown task kind {kind!r}; choose from {TASK_KINDS}")
+    if kind == "fare":
+        o, d = _pick(rng, cities, 2)
+        return FareGoal(o, d)
+    if kind == "hotel":
+        return HotelGoal(rng.choice(cities))
+    if kind == "nights":
+        return NightsGoal(rng.choice(cities), rng.randint(2, 5))
+    if kind == "two_legs":
+        o, v, d = _pick(rng, cities, 3)
+        return TwoLegsGoal(o, v, d)
+    raise ValueError(f"unknown task kind {kind!r}; choose from {TASK_KINDS + SMALL_TASK_KINDS}")
 
 
 def make_task(seed: int, *, db: BookingDB | None = None, kinds: Iterable[str] = TASK_KINDS,

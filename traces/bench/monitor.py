@@ -52,9 +52,12 @@ class Split:
                 [e.episode_id for e in self.test])
 
 
-def published_split(episodes: Sequence[Episode], seed: int = 0) -> Split:
-    """The published protocol: T >= 4; healthy 60/20/20 by a seeded permutation; test adds every injected episode."""
-    kept = [e for e in episodes if len(e.steps) >= MIN_STEPS]
+def published_split(episodes: Sequence[Episode], seed: int = 0, *, min_steps: int = MIN_STEPS) -> Split:
+    """The published protocol: T >= 4; healthy 60/20/20 by a seeded permutation; test adds every injected episode.
+
+    `min_steps` lowers the T floor for corpora of short tasks (a real small model's runs: 2 steps).
+    """
+    kept = [e for e in episodes if len(e.steps) >= min_steps]
     healthy = [e for e in kept if e.is_healthy]
     injected = [e for e in kept if not e.is_healthy]
     order = np.random.default_rng(seed).permutation(len(healthy))
@@ -130,7 +133,14 @@ def outcome_metrics(outcomes: Sequence[Outcome], threshold: float) -> dict[str, 
 def evaluate(preset: str, split: Split, beta: float = 0.05, timing_repeats: int = 5,
              calibration: str = "split") -> dict[str, Any]:
     """Fit `preset` and set its threshold per `calibration`, score split.test; the benchmark's metrics."""
-    monitor = StepMonitor.preset(preset, beta=beta, calibration=calibration)
+    result = evaluate_monitor(StepMonitor.preset(preset, beta=beta, calibration=calibration), split, timing_repeats)
+    result.pop("channels")  # the bench's documented fields; `evaluate_monitor` callers read it
+    return result
+
+
+def evaluate_monitor(monitor: StepMonitor, split: Split, timing_repeats: int = 0) -> dict[str, Any]:
+    """`evaluate` for a monitor built by the caller (e.g. with a chosen set of telemetry channels)."""
+    calibration = monitor.calibration
     started = time.perf_counter()
     if calibration == "crossfit":
         monitor.fit(split.train + split.val)  # the conformal threshold comes from the out-of-fold maxima
@@ -155,6 +165,7 @@ def evaluate(preset: str, split: Split, beta: float = 0.05, timing_repeats: int 
         "n_train": len(split.train) + (len(split.val) if calibration == "crossfit" else 0),
         "n_val": len(split.val) if calibration == "split" else 0,
         "n_test": len(split.test),
+        "channels": list(monitor.telemetry_.channels_),
     }
 
 

@@ -108,6 +108,9 @@ def _fingerprint(graph: Any, head_config: dict[str, Any]) -> list[tuple[str, str
 
 
 def _make_model(args: argparse.Namespace, policy: Any) -> Any:
+    spec = getattr(args, "spec", None)
+    if spec is not None:  # --model local:NAME: the project's own model server, the testbed's small-model agent
+        return spec.build("langgraph", seed=policy.seed)
     if args.endpoint:
         try:
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
@@ -131,24 +134,32 @@ def _grade(graph: Any, config: dict[str, Any], task: Any, policy: Any) -> bool:
 
 def _run_original(index: int, args: argparse.Namespace, db: Any, checkpointer: Any) -> _Episode:
     from langchain_core.messages import HumanMessage
+    from langgraph.errors import GraphRecursionError
 
-    from traces.agents import build_langgraph_agent, episode_from_langchain
+    from traces.agents import build_langgraph_agent, episode_from_langchain, real_model_middleware
     from traces.labeller import grade_episode
     from traces.policy import Policy
-    from traces.tasks import make_task
-    from traces.tools import booking_tools
+    from traces.tasks import SMALL_TASK_KINDS, make_task
+    from traces.tools import BOOKING_TOOLS, booking_tools
     from verifiers import verify_episode
 
+    spec = getattr(args, "spec", None)
     seed = args.seed * 100_003 + index
-    task = make_task(seed, db=db)
+    task = make_task(seed, db=db, kinds=SMALL_TASK_KINDS) if spec else make_task(seed, db=db)
     slip = SLIPS[index % 4] if index % 4 < 3 else None  # three of four episodes may slip, one is left alone
     # "relevant": only a hint that names the slip's kind makes the scripted policy careful, so the rungs can differ.
     policy = Policy(seed=seed, hint_response="relevant", **({slip: args.slip_rate} if slip else {}))
     model = _make_model(args, policy)
-    graph = build_langgraph_agent(task, policy, toolbox=booking_tools(db), checkpointer=checkpointer, model=model)
-    config = {"configurable": {"thread_id": f"repair-bench-{index}"}, "recursion_limit": 4 * policy.max_steps + 10}
-    state = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
-    episode = episode_from_langchain(state["messages"], task, policy)
+    graph = build_langgraph_agent(task, policy, toolbox=booking_tools(db), checkpointer=checkpointer, model=model,
+                                  tools=task.tools if spec else BOOKING_TOOLS,
+                                  middleware=[real_model_middleware(spec.first_turn_tool_choice)] if spec else ())
+    limit = 2 * spec.max_steps + 1 if spec else 4 * policy.max_steps + 10
+    config = {"configurable": {"thread_id": f"repair-bench-{index}"}, "recursion_limit": limit}
+    try:
+        graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
+    except GraphRecursionError:
+        pass  # a real model that never stops calling: the run so far is in the checkpointer, graded as it is
+    episode = episode_from_langchain(graph.get_state(config).values.get("messages", []), task, policy)
     grade = grade_episode(episode, task)
     correct = grade.label == "healthy"
     flags = [f for f in verify_episode(episode, task_spec(task)).findings if is_flag(f)]
@@ -177,6 +188,8 @@ def _reseed(episode: _Episode, repeat: int) -> None:
     # repeat 0 replays the original draw exactly.
     if hasattr(episode.model, "policy"):
         episode.model.policy = dataclasses.replace(episode.policy, seed=episode.policy.seed + repeat)
+    elif getattr(episode.model, "seed", None) is not None:  # a seeded real client: repeat r samples with seed + r
+        episode.model.seed = episode.policy.seed + repeat
 
 
 def _repair_once(episode: _Episode, rung: Rung, guard: Guard) -> tuple[bool, int]:
@@ -267,7 +280,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rungs to test against the resample control (default: all)")
     parser.add_argument("--workdir", help="where the SQLite checkpointer goes (default: a new temp dir)")
     parser.add_argument("--endpoint", help="an OpenAI-compatible base URL: run a real model instead of the script")
-    parser.add_argument("--model", default="gpt-4o-mini", help="model name at --endpoint")
+    parser.add_argument("--model", default="gpt-4o-mini",
+                        help="model name at --endpoint; local:smollm2 starts the project's model server (unless "
+                             "--endpoint names one) and runs the small tasks with the testbed's small-model agent")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature at --endpoint")
     parser.add_argument("--json", action="store_true", help="one JSON object per rung on stdout")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -297,7 +312,19 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.inline:
         return _run_inline(args)
-    rows, summary = run_bench(args)
+    args.spec = None
+    if args.model.startswith("local:"):
+        from traces.model_server import running_server
+        from traces.models import EndpointSpec
+
+        with running_server(args.endpoint) as (base_url, info):
+            args.spec = EndpointSpec(args.model, base_url, temperature=args.temperature, server=info)
+            args.endpoint = base_url
+            rows, summary = run_bench(args)
+        summary["model_sha256"] = info.get("model_sha256")
+        summary["agent"] = args.spec.describe()["sampling"]
+    else:
+        rows, summary = run_bench(args)
     notes = [MECHANISM_NOTE] + ([] if args.endpoint else [SCRIPTED_NOTE])
     if args.json:
         for row in rows:
