@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -244,3 +245,46 @@ def test_swe_agent_line_numbers_past_int_limits_are_out_of_range(proj: Path, com
     report = Gate(proj, budget_s=BUDGET_S).check({"kind": "swe_agent", "command": command}, state)
     assert report.error is None
     assert [v.predicate.name for v in report.violations] == ["editor_line_in_range"]
+
+
+RICH_MODULE = '''
+import os
+from .base import Shared as S
+from pkg import thing
+__all__ = ["Child", "helper"]
+
+
+class Child(S, metaclass=type):
+    count = 1
+    label: str
+
+    def test_one(self):
+        pass
+
+
+def helper():
+    global LATER
+    LATER = 1
+'''
+
+
+def test_the_parse_workers_answer_is_the_symbol_table_the_gate_would_have_built() -> None:
+    """A module parsed in the worker (when a parse is too slow for the decision) must read exactly as one parsed
+    in process: a field lost on the way (a class's attributes, the module's imports) turns an inherited method
+    or a re-exported name into a false 'missing'."""
+    from guardrail.gate import parse_worker
+    from guardrail.gate.index import symbols_of_source
+
+    local = symbols_of_source(RICH_MODULE)
+    assert local.classes["Child"].attrs and local.imports and local.imported  # the fields worth carrying
+    assert parse_worker.load_symbols(json.loads(json.dumps(parse_worker.dump_symbols(local)))) == local
+    worker = parse_worker.ParseWorker()
+    try:
+        answer = None
+        for _ in range(200):  # the worker starts, then answers the same request
+            answer = worker.symbols(("test", "rich.py", 1, len(RICH_MODULE)), RICH_MODULE, 0.05)
+            if answer is not None:
+                break
+        assert answer == local
+    finally:
+        worker.close()

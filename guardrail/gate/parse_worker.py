@@ -38,12 +38,18 @@ _MAX_RESULTS = 2_000
 
 
 def dump_symbols(symbols: ModuleSymbols) -> dict[str, Any]:
-    return {"names": sorted(symbols.names), "star_imports": [list(s) for s in symbols.star_imports],
-            "all_names": None if symbols.all_names is None else list(symbols.all_names), "dynamic": symbols.dynamic,
-            "path_assigned": symbols.path_assigned, "import_hooks": symbols.import_hooks,
-            "functions": sorted(symbols.functions), "error": symbols.error,
-            "classes": {name: {"methods": sorted(c.methods), "inherits": c.inherits, "bases": list(c.bases)}
-                        for name, c in symbols.classes.items()}}
+    """Every field of a symbol table as JSON (`load_symbols` gives back an equal table)."""
+    return {
+        "names": sorted(symbols.names), "star_imports": [list(s) for s in symbols.star_imports],
+        "all_names": None if symbols.all_names is None else list(symbols.all_names), "dynamic": symbols.dynamic,
+        "path_assigned": symbols.path_assigned, "import_hooks": symbols.import_hooks,
+        "functions": sorted(symbols.functions), "error": symbols.error,
+        "classes": {name: {"methods": sorted(c.methods), "inherits": c.inherits, "bases": list(c.bases),
+                           "attrs": sorted(c.attrs), "declared": sorted(c.declared), "dynamic": c.dynamic}
+                    for name, c in symbols.classes.items()},
+        "imports": {name: list(source) for name, source in symbols.imports.items()},
+        "imported": [list(i) for i in symbols.imported], "dynamic_imports": symbols.dynamic_imports,
+    }
 
 
 def load_symbols(data: dict[str, Any]) -> ModuleSymbols:
@@ -54,8 +60,15 @@ def load_symbols(data: dict[str, Any]) -> ModuleSymbols:
         all_names=None if data["all_names"] is None else tuple(data["all_names"]), dynamic=data["dynamic"],
         path_assigned=bool(data["path_assigned"]), import_hooks=bool(data["import_hooks"]),
         functions=frozenset(data["functions"]), error=data["error"],
-        classes={name: ClassInfo(frozenset(c["methods"]), bool(c["inherits"]), tuple(c["bases"]))
-                 for name, c in data["classes"].items()})
+        classes={name: ClassInfo(frozenset(c["methods"]), bool(c["inherits"]), tuple(c["bases"]),
+                                 attrs=frozenset(c["attrs"]), declared=frozenset(c["declared"]),
+                                 dynamic=c["dynamic"])
+                 for name, c in data["classes"].items()},
+        imports={str(name): (str(m), int(level), str(original)) for name, (m, level, original)
+                 in data["imports"].items()},
+        imported=tuple((str(m), int(level)) for m, level in data["imported"]),
+        dynamic_imports=bool(data["dynamic_imports"]),
+    )
 
 
 class _Request:
