@@ -83,8 +83,7 @@ def _build_guard(episodes: Sequence[Any], workspace: str, tracer: Any) -> Any:
     from verifiers.spec import pick_spec
 
     healthy = [e for e in episodes if e.is_healthy]
-    half = max(1, len(healthy) // 2)
-    monitor = StepMonitor().fit(healthy[:half]).calibrate(healthy[half:] or healthy[:half])
+    monitor = StepMonitor().fit(healthy)  # the cross-fit conformal threshold over every healthy run
     tools = sorted({t for e in episodes for t in e.tools})
     spec = pick_spec(tools, [e.task or "" for e in episodes[:5]])
     layers = [GateLayer(workspace), MonitorLayer(monitor), VerifierLayer(spec)]
