@@ -54,8 +54,9 @@ class FsView:
             self.readable: Roots | None = None
             self.listable: Roots | None = None
             return
-        self.readable = self.workspace + Roots.of(self._import_roots, trusted=True)
-        self.listable = self.readable + Roots.of(self._command_dirs, trusted=True)
+        resolve = getattr(self.backend, "realpaths", None)  # symlinks resolve on the backend's machine
+        self.readable = self.workspace + Roots.of(self._import_roots, trusted=True, resolve=resolve)
+        self.listable = self.readable + Roots.of(self._command_dirs, trusted=True, resolve=resolve)
 
     def set_import_roots(self, roots: Iterable[str]) -> None:
         """The target's trusted import paths, once they are known."""
