@@ -115,14 +115,19 @@ def _gate_layers(guard: Guard) -> Iterable[Any]:
 
 
 def gate_in_sandbox(guard: Guard, runtime: Any, *, python: str | None = None, path_env: str | None = None,
-                    backend: SwerexBackend | None = None) -> SwerexBackend | None:
+                    backend: SwerexBackend | None = None, wait_s: float | None = 30.0) -> SwerexBackend | None:
     """Make every gate layer of `guard` probe the SWE-ReX sandbox `runtime` (its workspace path is the sandbox's);
-    `python` and `path_env` name the agent's interpreter and PATH there. Returns the backend, or None when the
-    guard has no gate."""
+    `python` and `path_env` name the agent's interpreter and PATH there. Waits up to `wait_s` for the gate to
+    learn the interpreter's paths in the sandbox (a few dozen round-trips, once), so the agent's first action is
+    not judged while they are still unknown. Returns the backend, or None when the guard has no gate."""
     layers = _gate_layers(guard)
     if not layers:
         return None
     backend = backend or SwerexBackend(runtime)
     for layer in layers:
         layer.use_backend(backend, python=python, path_env=path_env)
+    for layer in layers:
+        index = getattr(getattr(layer, "gate", None), "index", None)
+        if callable(index) and wait_s:
+            index(wait_s)
     return backend

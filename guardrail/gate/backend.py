@@ -63,8 +63,8 @@ class ProbeUnavailable(BudgetExceeded):
 DECISION_MEMO: ContextVar[dict[Any, Any] | None] = ContextVar("guardrail_gate_decision_memo", default=None)
 
 
-def _resolved(paths: Iterable[str | os.PathLike[str]],
-              resolve: Callable[[Sequence[str]], Sequence[str | None]] | None) -> list[tuple[str, str]]:
+def _resolved(paths: Iterable[str | os.PathLike[str]], resolve: Callable[..., Sequence[str | None]] | None,
+              trusted: bool) -> list[tuple[str, str]]:
     """(normalized path, its real path) for each path that can be normalized (and resolved)."""
     found: list[tuple[str, str]] = []
     if resolve is None:
@@ -81,7 +81,7 @@ def _resolved(paths: Iterable[str | os.PathLike[str]],
             normalized.append(os.path.normpath(os.path.abspath(os.fspath(raw))))
         except (OSError, ValueError, TypeError):
             continue
-    reals = list(resolve(normalized)) if normalized else []
+    reals = list(resolve(normalized, trusted=trusted)) if normalized else []
     return [(path, real if isinstance(real, str) and real else path)
             for path, real in zip(normalized, reals + [None] * (len(normalized) - len(reals)), strict=False)]
 
@@ -120,13 +120,13 @@ class Roots:
 
     @classmethod
     def of(cls, paths: Iterable[str | os.PathLike[str]], *, trusted: bool = False,
-           resolve: Callable[[Sequence[str]], Sequence[str | None]] | None = None) -> Roots:
-        """Roots as given and resolved; `resolve` resolves symlinks on the backend's machine when that is not this
-        one (a root it cannot resolve is taken as written)."""
+           resolve: Callable[..., Sequence[str | None]] | None = None) -> Roots:
+        """Roots as given and resolved; `resolve(paths, trusted=...)` resolves symlinks on the backend's machine
+        when that is not this one (a root it cannot resolve is taken as written)."""
         lexical: list[str] = []
         real: list[str] = []
         pairs: list[tuple[str, str]] = []
-        for path, resolved in _resolved(paths, resolve):
+        for path, resolved in _resolved(paths, resolve, trusted):
             if path not in lexical:
                 lexical.append(path)
             if resolved not in real:

@@ -40,6 +40,7 @@ from guardrail.gate import budget
 from guardrail.gate.backend import DECISION_MEMO, ProbeUnavailable, Roots, _normalize, under
 from guardrail.gate.budget import BudgetExceeded
 from guardrail.gate.fsview import PathState
+from guardrail.gate.view import MAX_LISTING
 
 if TYPE_CHECKING:
     from guardrail.gate.interpreter import TargetPython
@@ -112,7 +113,8 @@ def _path_state(value: Any) -> PathState:
     return PathState(kind, _int(value[1]), _int(value[2]), value[3], _text(value[4])[:500])
 
 
-_MARKERS = {-1: "budget", -2: "too big for one answer", -3: "same", -4: "unsupported", -5: "failed"}
+_MARKERS = {-1: "budget", -2: "too big for one answer", -3: "same", -4: "unsupported", -5: "failed", -6: "skipped"}
+_HINT_LISTING = 5_000  # a missing path's nearest directory is listed along with it when it holds at most this many
 
 
 def _marker(value: Any) -> str | None:
@@ -181,6 +183,7 @@ class RemoteBackend:
         self._retry_at = 0.0
         self._lock = threading.Lock()
         self._books = threading.RLock()  # the watched paths, listings and contents below
+        self._untrusted: set[str] = set()
         self._memo_key = ("remote-backend", self.key)
         self._watch: OrderedDict[tuple[str, Roots | None], None] = OrderedDict()
         self._watch_cap = watch
@@ -202,6 +205,9 @@ class RemoteBackend:
                 return None
             errors = []
             for candidate in self._candidates:
+                if self._under_untrusted(candidate):
+                    errors.append(f"{candidate} lies under the workspace roots: it is never run")
+                    continue
                 answer = self._send(candidate, (("e",),), (), None, inherit_env=True)
                 if isinstance(answer, str):
                     errors.append(f"{candidate}: {answer}")
@@ -222,13 +228,24 @@ class RemoteBackend:
             self._retry_at = time.monotonic() + 5.0
             return None
 
+    def _note_untrusted(self, roots: Iterable[str]) -> None:
+        """Remember roots the agent can write: the probe interpreter never runs from under any of them."""
+        new = [root for root in roots if root not in self._untrusted]
+        if new:
+            with self._books:
+                self._untrusted.update(new)
+
+    def _under_untrusted(self, path: str) -> bool:
+        return any(under(path, root) for root in tuple(self._untrusted))
+
     def _refusal(self, roots: Iterable[Roots]) -> str | None:
-        """Why the probe interpreter must not run under these roots (it lies under the agent's), if it must not."""
-        python = self._python or ""
+        """Why the probe interpreter must not run (it lies, as written or resolved, under a root the agent can
+        write), if it must not."""
         for scope in roots:
-            for root in scope.untrusted:
-                if under(python, root) or (self._python_real and under(self._python_real, root)):
-                    return f"the sandbox interpreter {python} lies under the workspace roots: it is never run"
+            self._note_untrusted(scope.untrusted)
+        python = self._python or ""
+        if self._under_untrusted(python) or (self._python_real and self._under_untrusted(self._python_real)):
+            return f"the sandbox interpreter {python} lies under the workspace roots: it is never run"
         return None
 
     def default_python(self) -> str | None:
@@ -443,19 +460,77 @@ class RemoteBackend:
             where.append(position)
         if operations:
             answers = self._ask(operations, decision)
-            for position, operation, answer in zip(where, operations, answers if not isinstance(answers, str)
-                                                   else [answers] * len(operations), strict=True):
-                if isinstance(answers, str):
-                    state = PathState("unknown", error=f"{_FAILED}: {answers}")
-                else:
-                    try:
-                        state = _path_state(answer)
-                    except (TypeError, ValueError) as exc:
-                        state = PathState("unknown", error=f"{_FAILED}: malformed answer ({exc})")
+            for index, (position, operation) in enumerate(zip(where, operations, strict=True)):
+                state = self._state_of(answers if isinstance(answers, str) else answers[index])
                 if decision is not None:
                     decision.stats[(operation[1], within)] = state
                 results[position] = state
         return [state if state is not None else PathState("unknown") for state in results]
+
+    def prefetch(self, paths: Sequence[str], within: Roots | None, commands: Sequence[str] = ()) -> list[PathState]:
+        """`stat_many(paths, within)` and, in the same round-trip, the plain stats `which` asks of `commands` (the
+        action's command names in each PATH directory), and for a path that is not there what its hint looks
+        at next (its ancestors up to the nearest directory and that directory's listing, when small)."""
+        decision = self._decision()
+        if decision is None:
+            return self.stat_many(paths, within)
+        results: list[PathState | None] = [None] * len(paths)
+        operations: list[tuple[Any, ...]] = []
+        where: list[int] = []
+        for position, raw in enumerate(paths):
+            prepared = self._prepared(raw, within)
+            if isinstance(prepared, PathState):
+                results[position] = prepared
+                continue
+            self._watched(prepared, within, decision)
+            known = decision.stats.get((prepared, within))
+            if known is not None:
+                results[position] = known
+                continue
+            operations.append(("sx", prepared, within, MAX_LISTING, _HINT_LISTING))
+            where.append(position)
+        for raw in commands:
+            prepared = self._prepared(raw, None)
+            if isinstance(prepared, str) and (prepared, None) not in decision.stats:
+                self._watched(prepared, None, decision)
+                operations.append(("s", prepared, None))
+        answers = self._ask(operations, decision) if operations else []
+        for index, operation in enumerate(operations):
+            answer = answers if isinstance(answers, str) else answers[index]
+            if operation[0] == "s":
+                decision.stats[(operation[1], None)] = self._state_of(answer)
+                continue
+            results[where[index]] = decision.stats[(operation[1], within)] = self._context(operation, answer, decision)
+        return [state if state is not None else PathState("unknown") for state in results]
+
+    def _context(self, operation: tuple[Any, ...], answer: Any, decision: _Decision) -> PathState:
+        """Keep an "sx" answer's ancestors and listing in the decision; the path's own state."""
+        if isinstance(answer, str) or not isinstance(answer, list) or len(answer) != 3:
+            return self._state_of(answer)
+        state = self._state_of(answer[0])
+        scope, limit = operation[2], operation[3]
+        try:
+            for ancestor, found in answer[1] if isinstance(answer[1], list) else ():
+                decision.stats.setdefault((_text(ancestor), scope), _path_state(found))
+            if _marker(answer[2]) is None and isinstance(answer[1], list) and answer[1]:
+                directory = _text(answer[1][-1][0])
+                listing = self._listing(directory, answer[2])
+                decision.listings[(directory, scope, limit)] = listing
+                self._remember_listing(directory, scope, limit, listing)
+        except (TypeError, ValueError, BudgetExceeded):
+            pass  # the hint asks again
+        return state
+
+    @staticmethod
+    def _state_of(answer: Any) -> PathState:
+        if isinstance(answer, str):
+            return PathState("unknown", error=f"{_FAILED}: {answer}")
+        if _marker(answer) == "budget":
+            return PathState("unknown", error=f"{_FAILED}: out of time")
+        try:
+            return _path_state(answer)
+        except (TypeError, ValueError) as exc:
+            return PathState("unknown", error=f"{_FAILED}: malformed answer ({exc})")
 
     @staticmethod
     def _listing(path: str, answer: Any) -> tuple[int, frozenset[str]] | None:
@@ -543,8 +618,11 @@ class RemoteBackend:
             raise ProbeUnavailable(f"{_FAILED} listing the files under {root}: malformed answer") from exc
 
     # ------------------------------------------------------------------ what the target interpreter needs
-    def realpaths(self, paths: Sequence[str]) -> list[str | None]:
-        """Each path with symlinks resolved in the sandbox (None where the probe did not answer)."""
+    def realpaths(self, paths: Sequence[str], *, trusted: bool = True) -> list[str | None]:
+        """Each path with symlinks resolved in the sandbox (None where the probe did not answer); `trusted=False`
+        says the agent can write them (the workspace roots), before anything runs."""
+        if not trusted:
+            self._note_untrusted(paths)
         if not paths:
             return []
         decision = self._decision()
@@ -586,6 +664,7 @@ class RemoteBackend:
     def import_paths(self, python: str | None, untrusted: Roots) -> TargetPython:
         from guardrail.gate.interpreter import target_python
 
+        self._note_untrusted(untrusted.lexical + untrusted.real)
         # One memo for the whole question (each path resolved and stat'ed once), without a decision's revalidation.
         token = DECISION_MEMO.set({self._memo_key: _Decision(primed=True, watch=False)})
         try:

@@ -198,8 +198,11 @@ class Gate:
         except (RecursionError, MemoryError) as exc:
             predicates = [Predicate("analysis_complete", ("the action", f"too deeply nested ({type(exc).__name__})",
                                                           "limit"), False, "gate")]
-        # Every path the action names, stat'ed in one backend call (one round-trip for a remote backend).
-        self.fs.prefetch(str(a) for p in predicates for a in p.args[:1] if isinstance(a, str) and a.startswith("/"))
+        # Every path the action names, stat'ed in one backend call (one round-trip for a remote backend), with the
+        # commands it runs.
+        self.fs.prefetch((str(a) for p in predicates for a in p.args[:1] if isinstance(a, str) and a.startswith("/")),
+                         [str(p.args[0]) for p in predicates if p.name == "executable_available" and p.args
+                          and "/" not in str(p.args[0])])
         prober = Prober(index, fs=self.fs, workspace=self.workspace, deadline=deadline, **self._index_status())
         # Probes that read or parse file content go last: a pathological file can then cost its own
         # predicate, not the stat-and-listing ones that follow it in the action.

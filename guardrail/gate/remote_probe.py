@@ -33,6 +33,7 @@ _TOO_BIG = -2  # an answer that would pass the request's byte cap
 _SAME = -3  # unchanged since the answer the asker holds
 _UNSUPPORTED = -4
 _FAILED = -5  # the operation raised
+_SKIPPED = -6  # an answer nobody asked for yet, left out because it is big
 
 
 def _prefixes(roots):
@@ -161,6 +162,32 @@ def op_stat(path, roots, memo):
         return _stat_verified(path, roots, memo)
     except (ValueError, TypeError) as exc:
         return ("missing", 0, 0, False, "invalid path: " + str(exc))
+
+
+def op_stat_context(path, roots, memo, limit, names, stop):
+    """The path's stat; when it is not there, also the stats of its ancestors up to the nearest directory (or the
+    edge of the roots) and that directory's listing, if it holds at most `names` entries: what the gate's hint
+    for a missing path asks next."""
+    state = op_stat(path, roots, memo)
+    if state[0] in ("file", "dir", "other", "outside"):
+        return [state, [], None]
+    ancestors = []
+    ancestor = os.path.dirname(path)
+    kind = "missing"
+    while ancestor:
+        if roots is not None and not roots.holds_lexically(ancestor):
+            kind = "outside"
+            break
+        found = op_stat(ancestor, roots, memo)
+        ancestors.append([ancestor, found])
+        kind = found[0]
+        if kind in ("dir", "outside") or ancestor == os.path.dirname(ancestor):
+            break
+        ancestor = os.path.dirname(ancestor)
+    listing = op_list(ancestor, roots, limit, stop) if kind == "dir" else None
+    if isinstance(listing, tuple) and len(listing[1]) > names:
+        listing = _SKIPPED
+    return [state, ancestors, listing]
 
 
 # ---------------------------------------------------------------------------------------------------- list
@@ -345,6 +372,8 @@ def answer(request):
                 state = op_stat(operation[1], scope, memo)
                 result = _SAME if state[0] == "dir" and state[1] == operation[4] else op_list(
                     operation[1], scope, operation[3], stop)
+            elif name == "sx":  # a stat, and for a path that is not there what a hint about it will look at
+                result = op_stat_context(operation[1], scope, memo, operation[3], operation[4], stop)
             elif name == "r":
                 result = op_read(operation[1], scope, operation[3])
             elif name == "rc":  # read again only when the file changed since the content held

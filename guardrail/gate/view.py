@@ -13,6 +13,7 @@ backend all the paths an action needs in one call so a remote backend can batch 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -93,13 +94,21 @@ class FsView:
                 memo[key] = state
         return state
 
-    def prefetch(self, paths: Iterable[str]) -> None:
-        """Stat every path an action needs in one backend call (one round-trip for a backend that batches)."""
+    def prefetch(self, paths: Iterable[str], programs: Iterable[str] = ()) -> None:
+        """Stat every path an action needs in one backend call (one round-trip for a backend that batches); a
+        backend with its own ``prefetch`` also looks up the command names `programs` in the same call."""
         memo = _MEMO.get()
         if memo is None or not getattr(self.backend, "batches", False):
             return
         me = id(self)
         wanted = list(dict.fromkeys(p for p in paths if isinstance(p, str) and (me, "list", p) not in memo))
+        batch = getattr(self.backend, "prefetch", None)
+        if batch is not None:
+            commands = [os.path.join(directory, program) for program in dict.fromkeys(programs)
+                        for directory in self._command_dirs]
+            for path, state in zip(wanted, batch(wanted, self.listable, commands), strict=True):
+                memo[(me, "list", path)] = state
+            return
         if wanted:
             for path, state in zip(wanted, self.backend.stat_many(wanted, self.listable), strict=True):
                 memo[(me, "list", path)] = state
