@@ -50,7 +50,9 @@ def _free_port() -> int:
 
 @contextmanager
 def swerex_server(cwd: str | os.PathLike[str] = "/", *, timeout_s: float = 60.0) -> Iterator[Any]:
-    """A ``RemoteRuntime`` connected to a ``swerex-remote`` started in `cwd` on 127.0.0.1, stopped on exit."""
+    """A ``RemoteRuntime`` connected to a ``swerex-remote`` started in `cwd` on 127.0.0.1, stopped on exit.
+
+    Raises `SwerexUnavailable` when swe-rex is not installed, RuntimeError when the server does not come up."""
     try:
         from swerex.runtime.remote import RemoteRuntime
     except ImportError as exc:
@@ -71,7 +73,7 @@ def swerex_server(cwd: str | os.PathLike[str] = "/", *, timeout_s: float = 60.0)
             process.wait(timeout=10)
             log.seek(0)
             err = log.read().decode(errors="replace")[-800:]
-            raise SwerexUnavailable(f"swerex-remote did not come up on port {port}: {exc}\n{err}") from exc
+            raise RuntimeError(f"swerex-remote did not come up on port {port}: {exc}\n{err}") from exc
         yield runtime
     finally:
         if process.poll() is None:
