@@ -61,6 +61,22 @@ class ProbeUnavailable(BudgetExceeded):
 
 # What the decision in progress has resolved already (directory -> its real path): set by the gate per decision.
 DECISION_MEMO: ContextVar[dict[Any, Any] | None] = ContextVar("guardrail_gate_decision_memo", default=None)
+_TAINTS = ("unanswered probes",)  # in the memo: how many questions of this decision went unanswered
+
+
+def taint() -> None:
+    """Count an unanswered probe in the decision in progress (a remote backend's round-trip failed or ran out of
+    time): what was being derived from the probes meanwhile (a symbol table, an import closure) is not cached."""
+    memo = DECISION_MEMO.get()
+    if memo is not None:
+        memo[_TAINTS] = memo.get(_TAINTS, 0) + 1
+
+
+def taints() -> int:
+    """How many probes of the decision in progress went unanswered so far: a cache stores a value only when this
+    did not change while the value was computed."""
+    memo = DECISION_MEMO.get()
+    return 0 if memo is None else int(memo.get(_TAINTS, 0))
 
 
 def _resolved(paths: Iterable[str | os.PathLike[str]], resolve: Callable[..., Sequence[str | None]] | None,

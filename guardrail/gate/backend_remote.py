@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from guardrail.gate import budget
-from guardrail.gate.backend import DECISION_MEMO, ProbeUnavailable, Roots, _normalize, under
+from guardrail.gate.backend import DECISION_MEMO, ProbeUnavailable, Roots, _normalize, taint, taints, under
 from guardrail.gate.budget import BudgetExceeded
 from guardrail.gate.fsview import PathState
 from guardrail.gate.view import MAX_LISTING
@@ -115,6 +115,7 @@ def _path_state(value: Any) -> PathState:
 
 _MARKERS = {-1: "budget", -2: "too big for one answer", -3: "same", -4: "unsupported", -5: "failed", -6: "skipped"}
 _HINT_LISTING = 5_000  # a missing path's nearest directory is listed along with it when it holds at most this many
+_SOURCE_READ = 256 * 1024  # a Python file stat'ed under the roots comes with its content when at most this big
 
 
 def _marker(value: Any) -> str | None:
@@ -326,6 +327,7 @@ class RemoteBackend:
         revalidation added when this is its first."""
         python = self._discover()
         if python is None:
+            taint()
             return self._discovery_error or "no probe interpreter"
         asked = len(operations)
         if decision is not None and not decision.primed:
@@ -340,9 +342,11 @@ class RemoteBackend:
             wire.append((operation[0], operation[1], index, *operation[3:]) if len(operation) > 2 else operation)
         refusal = self._refusal(table)
         if refusal is not None:
+            taint()
             return refusal
         answers = self._send(python, wire, list(table), budget.current())
         if isinstance(answers, str):
+            taint()  # nothing derived in this decision is cached: the next one asks again
             return answers
         self._keep(operations[asked:], answers[asked:], decision)
         return answers[:asked]
@@ -456,16 +460,35 @@ class RemoteBackend:
             if known is not None:
                 results[position] = known
                 continue
-            operations.append(("s", prepared, within))
+            operations.append(self._stat_operation(prepared, within))
             where.append(position)
         if operations:
             answers = self._ask(operations, decision)
             for index, (position, operation) in enumerate(zip(where, operations, strict=True)):
-                state = self._state_of(answers if isinstance(answers, str) else answers[index])
+                answer = answers if isinstance(answers, str) else answers[index]
+                content = None
+                if operation[0] == "sr" and isinstance(answer, list) and len(answer) == 2:
+                    answer, content = answer
+                state = self._state_of(answer)
                 if decision is not None:
                     decision.stats[(operation[1], within)] = state
+                    if content is not None and _marker(content) is None:
+                        try:
+                            self._remember_content(operation[1], within, _SOURCE_READ, _blob(content), decision)
+                        except ValueError:
+                            pass
                 results[position] = state
         return [state if state is not None else PathState("unknown") for state in results]
+
+    def _stat_operation(self, path: str, within: Roots | None) -> tuple[Any, ...]:
+        """A stat; for a Python file under the roots (a module the index may parse next), with its content when
+        small and not held already: one round-trip where a stat and a read would take two."""
+        if within is None or not path.endswith(".py"):
+            return ("s", path, within)
+        with self._books:
+            held = self._content.get((path, within))
+        mtime, size = (held.mtime_ns, held.size) if held is not None and len(held.data) <= held.limit else (-1, -1)
+        return ("sr", path, within, _SOURCE_READ, mtime, size)
 
     def prefetch(self, paths: Sequence[str], within: Roots | None, commands: Sequence[str] = ()) -> list[PathState]:
         """`stat_many(paths, within)` and, in the same round-trip, the plain stats `which` asks of `commands` (the
@@ -525,24 +548,29 @@ class RemoteBackend:
     def _state_of(answer: Any) -> PathState:
         if isinstance(answer, str):
             return PathState("unknown", error=f"{_FAILED}: {answer}")
+        taint_it = True
         if _marker(answer) == "budget":
-            return PathState("unknown", error=f"{_FAILED}: out of time")
-        try:
-            return _path_state(answer)
-        except (TypeError, ValueError) as exc:
-            return PathState("unknown", error=f"{_FAILED}: malformed answer ({exc})")
+            state = PathState("unknown", error=f"{_FAILED}: out of time")
+        else:
+            try:
+                state, taint_it = _path_state(answer), False
+            except (TypeError, ValueError) as exc:
+                state = PathState("unknown", error=f"{_FAILED}: malformed answer ({exc})")
+        if taint_it:
+            taint()
+        return state
 
     @staticmethod
     def _listing(path: str, answer: Any) -> tuple[int, frozenset[str]] | None:
         marker = _marker(answer)
-        if marker == "budget":
-            raise BudgetExceeded(f"listing {path}")
-        if marker is not None:
-            raise ProbeUnavailable(f"{_FAILED} listing {path}: {marker}")
+        if marker is not None or (answer is not None and not (
+                isinstance(answer, list) and len(answer) == 2 and isinstance(answer[1], list))):
+            taint()
+            if marker == "budget":
+                raise BudgetExceeded(f"listing {path}")
+            raise ProbeUnavailable(f"{_FAILED} listing {path}: {marker or 'malformed answer'}")
         if answer is None:
             return None
-        if not isinstance(answer, list) or len(answer) != 2 or not isinstance(answer[1], list):
-            raise ProbeUnavailable(f"{_FAILED} listing {path}: malformed answer")
         return _int(answer[0]), frozenset(_text(name) for name in answer[1])
 
     def list_dir(self, path: str, within: Roots | None, limit: int) -> tuple[int, frozenset[str]] | None:
@@ -582,10 +610,12 @@ class RemoteBackend:
                     return held.data[:limit + 1]
         answers = self._ask([("r", prepared, within, limit)], decision)
         if isinstance(answers, str) or _marker(answers[0]) is not None:
-            return None  # unreadable is unknown: whatever depends on the text is not decided
+            taint()
+            return None  # unreadable is unknown: whatever depends on the text is not decided, nor cached
         try:
             data = None if answers[0] is None else _blob(answers[0])
         except (TypeError, ValueError):
+            taint()
             return None
         if decision is not None:
             decision.reads[key] = data
@@ -662,13 +692,26 @@ class RemoteBackend:
         return outcome
 
     def import_paths(self, python: str | None, untrusted: Roots) -> TargetPython:
-        from guardrail.gate.interpreter import target_python
+        """The target's paths by the rules of `guardrail.gate.interpreter`, every path resolved in the sandbox. Asked
+        again (up to three times) when a round-trip failed on the way, so one hiccup of the sandbox does not leave
+        the gate without an index."""
+        from guardrail.gate.interpreter import TargetPythonError, target_python
 
         self._note_untrusted(untrusted.lexical + untrusted.real)
-        # One memo for the whole question (each path resolved and stat'ed once), without a decision's revalidation.
-        token = DECISION_MEMO.set({self._memo_key: _Decision(primed=True, watch=False)})
-        try:
-            return target_python(python, untrusted=untrusted, backend=self)
-        finally:
-            DECISION_MEMO.reset(token)
+        for attempt in range(3):
+            # One memo for the whole question (each path resolved and stat'ed once), without a decision's revalidation.
+            token = DECISION_MEMO.set({self._memo_key: _Decision(primed=True, watch=False)})
+            try:
+                target = target_python(python, untrusted=untrusted, backend=self)
+                failed = taints() > 0
+            except TargetPythonError:
+                if not taints() or attempt == 2:
+                    raise
+                failed = True
+            finally:
+                DECISION_MEMO.reset(token)
+            if not failed or attempt == 2:
+                return target
+            time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
 

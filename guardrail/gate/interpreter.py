@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from guardrail.gate.backend import Roots
+from guardrail.gate.backend import Roots, taints
 
 if TYPE_CHECKING:
     from guardrail.gate.backend import ProbeBackend
@@ -212,6 +212,7 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
             raise TargetPythonError(f"target interpreter {exe!r} is not an absolute path and not on PATH")
         exe = found
     exe = os.path.normpath(exe)
+    unanswered = taints()
     if local.stat_many([exe], None)[0].kind != "file":
         raise TargetPythonError(f"target interpreter {exe!r} not found")
     key = (local.key, exe, *roots.lexical, "\x00", *roots.real)
@@ -228,6 +229,8 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
         if wanted and wanted != got:
             raise TargetPythonError(f"{venv}/pyvenv.cfg says Python {wanted} but its home runs {got}")
     target = _assemble(local, exe, base, venv, facts, roots)
+    if taints() != unanswered:  # a probe went unanswered while learning it: the target is used, not kept
+        return target
     with _TARGETS_LOCK:
         _TARGETS[key] = (fingerprint + _site_fingerprint(local, target), target)
     return target
@@ -364,7 +367,11 @@ def _editable_mapping(backend: ProbeBackend, finder_path: str) -> dict[str, str]
     if key not in _MAPPINGS:
         if len(_MAPPINGS) > 1_000:
             _MAPPINGS.clear()
-        _MAPPINGS[key] = _read_mapping(backend, finder_path) if state.kind == "file" else {}
+        unanswered = taints()
+        mapping = _read_mapping(backend, finder_path) if state.kind == "file" else {}
+        if taints() != unanswered:  # a probe went unanswered: not kept
+            return mapping
+        _MAPPINGS[key] = mapping
     return dict(_MAPPINGS[key])
 
 

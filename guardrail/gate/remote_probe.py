@@ -372,6 +372,12 @@ def answer(request):
                 state = op_stat(operation[1], scope, memo)
                 result = _SAME if state[0] == "dir" and state[1] == operation[4] else op_list(
                     operation[1], scope, operation[3], stop)
+            elif name == "sr":  # a stat, and a small file's content unless the asker holds it already
+                state = op_stat(operation[1], scope, memo)
+                held = state[0] == "file" and (state[1], state[2]) == (operation[4], operation[5])
+                content = _SAME if held else op_read(operation[1], scope, operation[3]) \
+                    if state[0] == "file" and state[2] <= operation[3] else _SKIPPED
+                result = [state, content]
             elif name == "sx":  # a stat, and for a path that is not there what a hint about it will look at
                 result = op_stat_context(operation[1], scope, memo, operation[3], operation[4], stop)
             elif name == "r":

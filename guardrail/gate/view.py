@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from guardrail.gate import fsview
-from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
+from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots, taints
 from guardrail.gate.fsview import MAX_READ_BYTES, PathState
 
 __all__ = ["MAX_LISTING", "FsView", "local_view"]
@@ -168,8 +168,9 @@ class FsView:
             hit = cache.get(key)
             if hit is not None and hit[0] == state.mtime_ns and hit[1] == state.size:
                 return hit[2]  # type: ignore[no-any-return]
+        unanswered = taints()
         value = compute(state)
-        if state.kind == "file":
+        if state.kind == "file" and taints() == unanswered:  # nothing it read went unanswered
             if len(cache) > limit:
                 cache.clear()
             cache[key] = (state.mtime_ns, state.size, value)

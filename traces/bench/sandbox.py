@@ -4,13 +4,14 @@ Runs the gate benchmark's labelled cases (`traces.bench.gate`) through one gate 
 local backend, then with `adapters.swerex_backend.SwerexBackend` talking to a real ``swerex-remote``
 started on 127.0.0.1 (the sandbox sees the same files, so every verdict must be the same), and, as
 a control, with the same probe program run on this machine without SWE-ReX (``probe-exec``: what
-the probe costs without the sandbox API's HTTP and process start). Each backend gets a warm-up pass,
+the probe costs without the sandbox API's HTTP). Each backend gets a warm-up pass,
 then a measured one: per action the wall time of the whole decision (the gate's check plus the typed
 warnings a Guard layer builds), and the round-trips the backend made. `agree_with_local` is the share
 of actions whose verdict (a violation, a blocking one) equals the local backend's; `agree_predicates`
 compares every predicate's outcome, `agree_messages` also their messages and hints. ``floor_ms``
 gives, measured in the same run, what one bare ``swerex-remote`` round-trip costs (``is_alive``: HTTP only;
-``/bin/true``: HTTP and a process; the probe interpreter starting and doing nothing).
+``/bin/true``: HTTP and a process; the probe interpreter starting and doing nothing). ``setup_*`` is what a
+gate costs before its first action (learning the target interpreter's paths in the sandbox), per project.
 """
 
 from __future__ import annotations
@@ -99,9 +100,13 @@ def measure_backend(name: str, make_backend: Callable[[], Any], cases: list[Case
                                                                                                       list[Any]]:
     """One row of the benchmark: a fresh backend and gate per project, a warm-up pass, then the measured pass."""
     backends = {project: make_backend() for project in roots}
-    gates = {project: _gate_for(root, python, backend=backends[project]) for project, root in roots.items()}
-    for gate in gates.values():
-        gate.index()  # the target's paths, asked once per gate: not part of any action's time
+    gates, setup_ms = {}, []
+    for project, root in roots.items():  # a gate and the target's paths, once per gate: not any action's time
+        started = time.perf_counter()
+        gates[project] = _gate_for(root, python, backend=backends[project])
+        gates[project].index()
+        setup_ms.append((time.perf_counter() - started) * 1000.0)
+    setup_trips = sum(getattr(b, "round_trips", 0) for b in backends.values())
     for case in progress(cases, desc=f"{name}: warm-up", total=len(cases), enabled=show):
         gates[case.project].check(case.action, _state(case, roots[case.project])).findings(layer="gate")
     trips_before = sum(getattr(b, "round_trips", 0) for b in backends.values())
@@ -123,7 +128,9 @@ def measure_backend(name: str, make_backend: Callable[[], Any], cases: list[Case
         row.update(agree_with_local=1.0, agree_predicates=1.0, agree_messages=1.0)
     row.update(median_ms=round(statistics.median(latencies), 3), p95_ms=round(_percentile(latencies, 0.95), 3),
                round_trips_per_action=round(trips / max(len(cases), 1), 3) if reference is not None else 0.0,
-               failed_round_trips=sum(getattr(b, "failures", 0) for b in backends.values()))
+               failed_round_trips=sum(getattr(b, "failures", 0) for b in backends.values()),
+               setup_median_ms=round(statistics.median(setup_ms), 1),
+               setup_round_trips_per_gate=round(setup_trips / max(len(backends), 1), 1))
     failures = sorted({str(b.last_failure) for b in backends.values() if getattr(b, "last_failure", None)})
     if failures:
         row["failure_reasons"] = failures[:5]
