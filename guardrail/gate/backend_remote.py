@@ -154,8 +154,8 @@ class RemoteBackend:
     """A `ProbeBackend` whose every question runs the fixed probe program through `transport`.
 
     `python` is the sandbox interpreter that runs the probe (an absolute path; default: the first of
-    `DEFAULT_PYTHONS` that answers). `target` is the agent's interpreter when the gate is given none
-    (default: ``python3``, then ``python``, on the sandbox's PATH). `timeout_s` bounds one round-trip
+    `DEFAULT_PYTHONS` that answers). The agent's interpreter, when the gate is given none, is the sandbox's
+    ``python3`` (then ``python``) on its PATH (`default_python`). `timeout_s` bounds one round-trip
     (and the decision's deadline bounds it further), `max_response_bytes` its answer. `watch` paths,
     `watch_listings` listings and `content_bytes` of file content from recent decisions are revalidated
     with the first question of each decision. `round_trips` counts the round-trips made.
@@ -209,7 +209,7 @@ class RemoteBackend:
                 if self._under_untrusted(candidate):
                     errors.append(f"{candidate} lies under the workspace roots: it is never run")
                     continue
-                answer = self._send(candidate, (("e",),), (), None, inherit_env=True)
+                answer = self._send(candidate, (("e",),), (), budget.current(), inherit_env=True)
                 if isinstance(answer, str):
                     errors.append(f"{candidate}: {answer}")
                     continue

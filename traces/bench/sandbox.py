@@ -96,14 +96,15 @@ def report_signature(report: Any) -> tuple[tuple[bool, bool], tuple[Any, ...], t
 
 
 def measure_backend(name: str, make_backend: Callable[[], Any], cases: list[Case], roots: dict[str, Path],
-                    python: str, *, reference: list[Any] | None = None, show: bool = False) -> tuple[dict[str, Any],
-                                                                                                      list[Any]]:
+                    python: str, *, reference: list[Any] | None = None, show: bool = False,
+                    budget_s: float = 0.25) -> tuple[dict[str, Any], list[Any]]:
     """One row of the benchmark: a fresh backend and gate per project, a warm-up pass, then the measured pass."""
     backends = {project: make_backend() for project in roots}
     gates, setup_ms = {}, []
     for project, root in roots.items():  # a gate and the target's paths, once per gate: not any action's time
         started = time.perf_counter()
         gates[project] = _gate_for(root, python, backend=backends[project])
+        gates[project].budget_s = budget_s
         gates[project].index()
         setup_ms.append((time.perf_counter() - started) * 1000.0)
     setup_trips = sum(getattr(b, "round_trips", 0) for b in backends.values())
@@ -119,7 +120,7 @@ def measure_backend(name: str, make_backend: Callable[[], Any], cases: list[Case
         latencies.append((time.perf_counter() - started) * 1000.0)
         signatures.append(report_signature(report))
     trips = sum(getattr(b, "round_trips", 0) for b in backends.values()) - trips_before
-    row: dict[str, Any] = {"backend": name, "n": len(cases)}
+    row: dict[str, Any] = {"backend": name, "n": len(cases), "budget_ms": round(budget_s * 1000)}
     if reference is not None:
         for field, index in (("agree_with_local", 0), ("agree_predicates", 1), ("agree_messages", 2)):
             same = sum(mine[index] == theirs[index] for mine, theirs in zip(signatures, reference, strict=True))
@@ -162,15 +163,17 @@ def _run(args: argparse.Namespace) -> int:
 
     cases, _, roots, _ = bench_cases(args)
     show = not args.json
+    budget_s = args.budget_ms / 1000.0
     rows: list[dict[str, Any]] = []
-    local, reference = measure_backend("local", LocalBackend, cases, roots, args.python, show=show)
+    local, reference = measure_backend("local", LocalBackend, cases, roots, args.python, show=show,
+                                       budget_s=budget_s)
     rows.append(local)
     try:
         with swerex_server("/") as runtime:
             from adapters.swerex_backend import SwerexBackend
 
             row, _ = measure_backend("swerex", lambda: SwerexBackend(runtime), cases, roots, args.python,
-                                     reference=reference, show=show)
+                                     reference=reference, show=show, budget_s=budget_s)
             row["transport"] = "swerex-remote on 127.0.0.1 (RemoteRuntime.execute)"
             probe_python = next(p for p in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
                                 if os.path.exists(p))
@@ -180,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
         rows.append({"backend": "swerex", "n": 0, "skipped": str(exc)})
     if not args.no_control:
         row, _ = measure_backend("probe-exec", lambda: RemoteBackend(LocalExecTransport(), name="probe-exec"),
-                                 cases, roots, args.python, reference=reference, show=show)
+                                 cases, roots, args.python, reference=reference, show=show, budget_s=budget_s)
         row["transport"] = "the same probe, run here by subprocess (no SWE-ReX)"
         rows.append(row)
     meta = {"projects": list(roots), "cases": len(cases), "python": args.python}
@@ -198,6 +201,9 @@ def _run(args: argparse.Namespace) -> int:
 def _arguments(parser: argparse.ArgumentParser) -> None:
     _add_arguments(parser)
     parser.add_argument("--no-control", action="store_true", help="skip the probe-exec control row")
+    parser.add_argument("--budget-ms", type=float, default=250.0,
+                        help="each decision's deadline (default: the gate's own, 250 ms); verdicts a deadline cut "
+                             "short are unknown, so agreement under a loaded machine depends on it")
 
 
 BENCH = Command(
