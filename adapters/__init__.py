@@ -1,4 +1,5 @@
-"""Framework adapters (LangChain/LangGraph, AutoGen, SWE-agent, mini-swe-agent, OpenTelemetry); each is imported on first use.
+"""Framework adapters (LangChain/LangGraph, AutoGen, SWE-agent, mini-swe-agent, SWE-ReX sandboxes, OpenTelemetry); each
+is imported on first use.
 
 Import the one you need (``from adapters.langchain import GuardMiddleware``) or take it from here:
 ``adapters.GuardMiddleware`` loads only LangChain, so a user without AutoGen can still use LangGraph.
@@ -17,6 +18,8 @@ __all__ = [
     "GuardSpanProcessor",
     "guard_agent",
     "GuardedEnvironment",
+    "SwerexBackend",
+    "gate_in_sandbox",
 ]
 
 _WHERE = {
@@ -27,6 +30,8 @@ _WHERE = {
     "GuardSpanProcessor": "adapters.span_processor",
     "guard_agent": "adapters.mini_swe_agent",
     "GuardedEnvironment": "adapters.mini_swe_agent",
+    "SwerexBackend": "adapters.swerex_backend",
+    "gate_in_sandbox": "adapters.swerex_backend",
 }
 
 

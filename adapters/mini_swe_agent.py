@@ -12,7 +12,12 @@ agent's messages to the step monitor and the verifiers through `adapters.steps` 
 assistant message, the ``exit`` message closing the episode with the submission).
 `SwerexRuntimeEnvironment` is a mini-swe-agent environment over any SWE-ReX runtime (a
 ``RemoteRuntime`` talking to ``swerex-remote``), for sandboxes that mini-swe-agent's own docker
-environment does not reach.
+environment does not reach. Around an environment that runs a SWE-ReX runtime, the gate probes the
+sandbox itself (`adapters.swerex_backend`):
+
+    env = SwerexRuntimeEnvironment(runtime, cwd="/testbed")
+    agent = guard_agent(DefaultAgent(model, env, **agent_config),
+                        Guard.default(workspace="/testbed", mode="intervene"))   # the sandbox's path
 
 mini-swe-agent is imported by the user's code, not here: the environment and agent are duck-typed
 on its documented ``execute(action, cwd)`` / ``add_messages(*messages)`` interface.
@@ -27,6 +32,7 @@ from typing import Any
 
 from adapters.common import safe_decision
 from adapters.steps import build_step, content_text, step_from_mini_swe_agent
+from adapters.swerex_backend import gate_in_sandbox, runtime_of
 from guardrail.core.events import Action, Decision, Result, Verdict
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
@@ -63,12 +69,23 @@ class GuardedEnvironment:
     (default: the gate's workspace); mini-swe-agent runs each command in a fresh subshell, so a
     ``cd`` never carries to the next command and each is checked from that directory. Everything
     else (``config``, ``get_template_vars``, ``serialize``) is the wrapped environment's.
+
+    When the wrapped environment runs its commands through a SWE-ReX runtime (`SwerexRuntimeEnvironment`,
+    mini-swe-agent's ``SwerexDockerEnvironment``), the gate probes that sandbox, not this machine
+    (`adapters.swerex_backend`; the guard's workspace is then the sandbox's path): `sandbox=False` keeps
+    it local, `sandbox=True` insists. `python` names the agent's interpreter in the sandbox (default: its
+    ``python3`` on PATH). `backend` is the sandbox backend in use, if any.
     """
 
     def __init__(self, env: Any, guard: Guard, *, cwd: str | None = None, task: str | None = None,
-                 on_decision: Callable[[Decision], None] | None = None) -> None:
+                 on_decision: Callable[[Decision], None] | None = None, sandbox: bool | None = None,
+                 python: str | None = None) -> None:
         self.env = env
         self.guard = guard
+        runtime = runtime_of(env) if sandbox is not False else None
+        if sandbox and runtime is None:
+            raise ValueError("sandbox=True, but the environment runs no SWE-ReX runtime (.runtime or .deployment.runtime)")
+        self.backend = gate_in_sandbox(guard, runtime, python=python) if runtime is not None else None
         self.cwd = cwd or _gate_workspace(guard)
         self.task = task
         self.on_decision = on_decision

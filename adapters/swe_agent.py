@@ -4,11 +4,13 @@
     trajectory = read_traj("run.traj")                # SWE-agent v0 / 1.x, mini-swe-agent messages
     audit_trajectory(trajectory, guard, copy)          # gate every recorded action offline (guardrail audit-traj)
 
-Nothing here imports SWE-agent or swe-rex: the hook has `AbstractAgentHook`'s method names and is
-driven in SWE-agent's order (``on_actions_generated`` sees ``step.state == {}``: SWE-agent fills the
-state only after the action ran, so the working directory and the open file come from the previous
-step's state, and before the first one from the gate's own tracking of ``cd``). The prober calls
-``runtime.execute(Command(...))`` / ``runtime.read_file(...)`` on whatever runtime it is given.
+Nothing here imports SWE-agent: the hook has `AbstractAgentHook`'s method names and is driven in
+SWE-agent's order (``on_actions_generated`` sees ``step.state == {}``: SWE-agent fills the state only
+after the action ran, so the working directory and the open file come from the previous step's state,
+and before the first one from the gate's own tracking of ``cd``). When the agent's environment runs a
+SWE-ReX runtime (SWE-agent's ``SWEEnv.deployment.runtime``), the hook makes the gate probe that
+sandbox (`adapters.swerex_backend`): the guard's workspace is then the repository's path in the sandbox.
+`SweRexProber` is the same backend answering single questions.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from adapters.steps import (
     step_from_swe_agent,
     steps_from_mini_swe_agent,
 )
+from adapters.swerex_backend import SwerexBackend, gate_in_sandbox, runtime_of
 from guardrail.core.events import Action, Decision, Episode, Finding, Result, Verdict
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
+from guardrail.gate.backend import Roots
 from guardrail.gate.bundles import known_commands
 from guardrail.gate.extract_aci import editor_args
 
@@ -525,11 +529,22 @@ class SweAgentGuardHook:
     shipped in `swe_agent_config_path()`) or the model never reads them. In report mode the warning
     is appended to the observation. Every executed step goes to ``guard.on_step`` and the run end to
     ``guard.on_finish``.
+
+    `sandbox` (default: when the agent's environment runs a SWE-ReX runtime and no `sandbox_root` is
+    given) makes the gate probe the sandbox through that runtime once the run starts; `python` names the
+    agent's interpreter there (default: its ``python3`` on PATH). `backend` is that sandbox backend.
     """
 
     def __init__(self, guard: Guard, *, blocked_error: type[Exception] | None = None,
                  on_decision: Callable[[Decision], None] | None = None, sandbox_root: str | None = None,
-                 commands: frozenset[str] = ACI_COMMANDS) -> None:
+                 commands: frozenset[str] = ACI_COMMANDS, sandbox: bool | None = None,
+                 python: str | None = None) -> None:
+        if sandbox and sandbox_root is not None:
+            raise ValueError("sandbox_root maps sandbox paths into a local copy; sandbox=True probes the sandbox "
+                             "itself: give one or the other")
+        self.sandbox = sandbox if sandbox is not None else (None if sandbox_root is None else False)
+        self.python = python
+        self.backend: Any = None
         self.guard = guard
         self.blocked_error = blocked_error or _blocked_error_class()
         self.on_decision = on_decision
@@ -549,7 +564,23 @@ class SweAgentGuardHook:
     def on_init(self, *, agent: Any) -> None:
         self._agent = agent
 
+    def _bind_sandbox(self) -> None:
+        """Point the gate at the agent's SWE-ReX sandbox, once its environment is set up (SWE-agent sets
+        ``agent._env`` in ``setup``, before ``on_setup_done`` and ``on_run_start``)."""
+        if self.sandbox is False or self.backend is not None:
+            return
+        runtime = runtime_of(self._agent) if self._agent is not None else None
+        if runtime is None:
+            if self.sandbox:
+                raise ValueError("sandbox=True, but the agent's environment runs no SWE-ReX runtime")
+            return
+        self.backend = gate_in_sandbox(self.guard, runtime, python=self.python)
+
+    def on_setup_done(self) -> None:
+        self._bind_sandbox()
+
     def on_run_start(self) -> None:
+        self._bind_sandbox()
         problem = getattr(self._agent, "_problem_statement", None)
         text = getattr(problem, "get_problem_statement", None) or getattr(problem, "problem_statement", None)
         try:
@@ -565,7 +596,6 @@ class SweAgentGuardHook:
     def on_setup_attempt(self) -> None: ...
     def on_model_query(self, *, messages: Any, agent: str, **kwargs: Any) -> None: ...
     def on_query_message_added(self, **kwargs: Any) -> None: ...
-    def on_setup_done(self) -> None: ...
     def on_tools_installation_started(self) -> None: ...
 
     @property
@@ -686,65 +716,38 @@ def _run_sync(awaitable: Any) -> Any:
 
 
 class SweRexProber:
-    """Read-only probes that run inside the agent's sandbox through a swe-rex runtime.
+    """Single read-only questions about a SWE-ReX sandbox, answered by `SwerexBackend` (the one way this project
+    probes a sandbox: the fixed probe program, never a shell line, never the workspace's interpreter).
 
-    `runtime` is anything with swe-rex's ``execute(Command(...))`` and ``read_file(ReadFileRequest(...))``
-    (sync or async). `command_type` / `read_request_type` default to swe-rex's own classes and can
-    be given for tests or other runtimes. Every probe has a time budget; a probe that fails or
-    times out answers None (unknown), never False.
+    A probe that fails or times out answers None (unknown), never False.
     """
 
-    def __init__(self, runtime: Any, *, command_type: Any = None, read_request_type: Any = None,
-                 timeout_s: float = 5.0, max_bytes: int = 1 << 20) -> None:
-        self.runtime = runtime
-        self.timeout_s = timeout_s
+    def __init__(self, runtime: Any, *, timeout_s: float = 5.0, python: str | None = None,
+                 max_bytes: int = 1 << 20) -> None:
+        self.backend = SwerexBackend(runtime, timeout_s=timeout_s, python=python)
         self.max_bytes = max_bytes
-        if command_type is None or read_request_type is None:
-            try:
-                from swerex.runtime.abstract import Command as RexCommand  # type: ignore[import-not-found]
-                from swerex.runtime.abstract import ReadFileRequest  # type: ignore[import-not-found]
-            except ImportError as exc:
-                raise ImportError("SweRexProber needs swe-rex (pip install swe-rex) or explicit "
-                                  "command_type= and read_request_type=") from exc
-            command_type = command_type or RexCommand
-            read_request_type = read_request_type or ReadFileRequest
-        self.command_type = command_type
-        self.read_request_type = read_request_type
 
-    def run(self, argv: list[str], *, cwd: str | None = None) -> tuple[int, str] | None:
-        """Run a read-only command in the sandbox: (exit code, stdout), or None when it could not run."""
-        command = self.command_type(command=" ".join(shlex.quote(a) for a in argv), shell=True,
-                                    timeout=self.timeout_s, cwd=cwd, check=False)
-        try:
-            response = _run_sync(self.runtime.execute(command))
-        except Exception:  # noqa: BLE001 - a failed probe is "unknown"
-            return None
-        code = getattr(response, "exit_code", None)
-        return (int(code) if code is not None else -1, str(getattr(response, "stdout", ""))[: self.max_bytes])
+    def _state(self, path: str, cwd: str | None) -> Any:
+        state = self.backend.stat_many([posixpath.join(cwd or "/", path)], None)[0]
+        return None if state.kind in ("unknown", "outside") else state
 
     def exists(self, path: str, *, cwd: str | None = None) -> bool | None:
-        outcome = self.run(["test", "-e", path], cwd=cwd)
-        return None if outcome is None or outcome[0] not in (0, 1) else outcome[0] == 0
+        state = self._state(path, cwd)
+        return None if state is None else state.exists
 
     def is_file(self, path: str, *, cwd: str | None = None) -> bool | None:
-        outcome = self.run(["test", "-f", path], cwd=cwd)
-        return None if outcome is None or outcome[0] not in (0, 1) else outcome[0] == 0
+        state = self._state(path, cwd)
+        return None if state is None else state.kind == "file"
 
     def read_text(self, path: str) -> str | None:
-        try:
-            response = _run_sync(self.runtime.read_file(self.read_request_type(path=path)))
-        except Exception:  # noqa: BLE001 - unreadable is "unknown"
-            return None
-        content = getattr(response, "content", None)
-        return content[: self.max_bytes] if isinstance(content, str) else None
+        data = self.backend.read_prefix(path, None, self.max_bytes)
+        return None if data is None else data[: self.max_bytes].decode("utf-8", errors="replace")
 
-    def sys_path(self, python: str = "python3") -> list[str] | None:
-        """The target interpreter's sys.path (asked once; nothing of the target is imported)."""
-        outcome = self.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"])
-        if outcome is None or outcome[0] != 0:
-            return None
+    def sys_path(self, python: str | None = None) -> list[str] | None:
+        """The target interpreter's import path, learned by the gate's rules (its trusted base, ``-I -S -B``)."""
+        from guardrail.gate.interpreter import TargetPythonError
+
         try:
-            value = json.loads(outcome[1].strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
+            return list(self.backend.import_paths(python, Roots()).sys_path)
+        except TargetPythonError:
             return None
-        return [str(p) for p in value] if isinstance(value, list) else None

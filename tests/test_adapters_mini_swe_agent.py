@@ -191,3 +191,15 @@ def test_guarded_run_through_a_swerex_remote_runtime_on_loopback(repo):
     assert f"Hint: closest existing paths: {repo}/src/calc.py" in agent.messages[3]["content"]
     assert agent.messages[5]["content"].count("return a - b") == 1  # the allowed cat ran remotely
     assert agent.env.crashes == []
+    # the gate probed the sandbox through the same runtime, not this machine
+    assert type(agent.env.backend).__name__ == "SwerexBackend" and agent.env.backend.runtime is runtime
+    assert agent.env.backend.round_trips > 0 and agent.env.backend.failures == 0
+
+
+def test_sandbox_false_keeps_the_gate_on_this_machine(repo):
+    with swerex_remote(repo) as runtime:
+        env = GuardedEnvironment(SwerexRuntimeEnvironment(runtime, cwd=str(repo)), Guard([GateLayer(repo)]),
+                                 sandbox=False)
+        assert env.backend is None and type(env.guard.layers[0].gate.backend).__name__ == "LocalBackend"
+    with pytest.raises(ValueError, match="no SWE-ReX runtime"):
+        GuardedEnvironment(LocalEnvironment(cwd=str(repo)), Guard([GateLayer(repo)]), sandbox=True)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -232,50 +230,41 @@ def test_hook_classifies_aci_commands_and_shell_lines():
     assert seen == [ActionKind.SWE_AGENT, ActionKind.SHELL]
 
 
-@dataclass
-class RexCommand:
-    """swe-rex's Command fields (swerex.runtime.abstract.Command)."""
+def _rex_runtime():
+    pytest.importorskip("swerex", reason="swe-rex is not installed: pip install 'guardrail[swe]'")
+    from swerex.runtime.local import LocalRuntime
 
-    command: str
-    shell: bool = True
-    timeout: float | None = None
-    cwd: str | None = None
-    check: bool = False
-
-
-@dataclass
-class RexReadFileRequest:
-    path: str
-
-
-class LocalRuntime:
-    """A runtime with swe-rex's async interface that really runs the commands, here."""
-
-    async def execute(self, command):
-        proc = await asyncio.create_subprocess_shell(command.command, cwd=command.cwd,
-                                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, _ = await asyncio.wait_for(proc.communicate(), command.timeout)
-        return SimpleNamespace(exit_code=proc.returncode, stdout=out.decode())
-
-    async def read_file(self, request):
-        return SimpleNamespace(content=Path(request.path).read_text())
+    return LocalRuntime()  # swe-rex's own runtime, in this process: commands really run, here
 
 
 def test_swe_rex_prober_answers_from_inside_the_runtime(repo):
-    prober = SweRexProber(LocalRuntime(), command_type=RexCommand, read_request_type=RexReadFileRequest)
+    prober = SweRexProber(_rex_runtime())
 
     assert prober.exists(str(repo / "src" / "calc.py")) is True
-    assert prober.exists(str(repo / "src" / "nope.py")) is False
+    assert prober.exists("src/nope.py", cwd=str(repo)) is False
     assert prober.is_file(str(repo / "src")) is False
     assert prober.read_text(str(repo / "src" / "calc.py")).startswith("def add")
     assert prober.read_text(str(repo / "missing")) is None  # unknown, not an exception
     assert any(p.endswith("site-packages") for p in prober.sys_path(shutil.which("python3") or "python3"))
+    assert prober.backend.round_trips > 0 and prober.backend.failures == 0
 
 
 async def test_swe_rex_prober_also_works_from_inside_an_event_loop(repo):
-    prober = SweRexProber(LocalRuntime(), command_type=RexCommand, read_request_type=RexReadFileRequest)
+    prober = SweRexProber(_rex_runtime())
 
     assert prober.exists(str(repo / "tests" / "test_calc.py")) is True
+
+
+def test_a_swe_rex_prober_that_gets_no_answer_says_unknown(repo):
+    class Gone:
+        async def execute(self, command):
+            raise ConnectionError("the sandbox is gone")
+
+    prober = SweRexProber(Gone(), timeout_s=0.5)
+
+    assert prober.exists(str(repo / "src" / "calc.py")) is None
+    assert prober.read_text(str(repo / "src" / "calc.py")) is None
+    assert prober.sys_path() is None
 
 
 # ----------------------------------------------------------------------------- SWE-agent's real hook order

@@ -23,6 +23,7 @@ TABLE: dict[str, CommandSpec] = {
     "demo": CommandSpec("traces.demo:DEMO", "run the whole guard on scripted LangGraph and AutoGen agents",
                         distribution=_TESTBED),
     "gate": _bench("traces.bench.gate:BENCH", "gate precision/recall/latency on real projects"),
+    "sandbox": _bench("traces.bench.sandbox:BENCH", "the gate probing a SWE-ReX sandbox vs the local backend"),
     "gate-traj": _bench("traces.bench.gate_traj:BENCH", "gate blocking precision on replayed agent trajectories"),
     "monitor": _bench("traces.bench.monitor:BENCH", "monitor AUROC/detection/FA on corpora, vs published"),
     "verify": _bench("traces.bench.verify:BENCH", "verifier catch rates and healthy false positives"),

@@ -16,18 +16,19 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from guardrail.gate import budget
+from guardrail.gate.budget import BudgetExceeded
 from guardrail.gate.fsview import PathState
 
 if TYPE_CHECKING:
     from guardrail.gate.interpreter import TargetPython
 
-__all__ = ["LocalBackend", "ProbeBackend", "Roots", "under"]
+__all__ = ["LocalBackend", "ProbeBackend", "ProbeUnavailable", "Roots", "under"]
 
 _PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")  # files there report odd sizes or block: never read
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -51,8 +52,54 @@ def _normalize(path: str) -> str:
     return os.path.normpath(path) if path.startswith(os.sep) else os.path.normpath(os.path.abspath(path))
 
 
+class ProbeUnavailable(BudgetExceeded):
+    """A question the backend could not answer (its machine did not respond in time, or answered nonsense).
+
+    A `BudgetExceeded`: whatever depended on the answer is *unknown*, handled wherever the gate handles
+    a deadline (the predicate, the extraction or the hint), never false."""
+
+
 # What the decision in progress has resolved already (directory -> its real path): set by the gate per decision.
 DECISION_MEMO: ContextVar[dict[Any, Any] | None] = ContextVar("guardrail_gate_decision_memo", default=None)
+_TAINTS = ("unanswered probes",)  # in the memo: how many questions of this decision went unanswered
+
+
+def taint() -> None:
+    """Count an unanswered probe in the decision in progress (a remote backend's round-trip failed or ran out of
+    time): what was being derived from the probes meanwhile (a symbol table, an import closure) is not cached."""
+    memo = DECISION_MEMO.get()
+    if memo is not None:
+        memo[_TAINTS] = memo.get(_TAINTS, 0) + 1
+
+
+def taints() -> int:
+    """How many probes of the decision in progress went unanswered so far: a cache stores a value only when this
+    did not change while the value was computed."""
+    memo = DECISION_MEMO.get()
+    return 0 if memo is None else int(memo.get(_TAINTS, 0))
+
+
+def _resolved(paths: Iterable[str | os.PathLike[str]], resolve: Callable[..., Sequence[str | None]] | None,
+              trusted: bool) -> list[tuple[str, str]]:
+    """(normalized path, its real path) for each path that can be normalized (and resolved)."""
+    found: list[tuple[str, str]] = []
+    if resolve is None:
+        for raw in paths:
+            try:
+                path = os.path.normpath(os.path.abspath(os.fspath(raw)))
+                found.append((path, os.path.realpath(path)))
+            except (OSError, ValueError, TypeError):
+                continue
+        return found
+    normalized: list[str] = []
+    for raw in paths:
+        try:
+            normalized.append(os.path.normpath(os.path.abspath(os.fspath(raw))))
+        except (OSError, ValueError, TypeError):
+            continue
+    reals = list(resolve(normalized, trusted=trusted)) if normalized else []
+    return [(path, real if isinstance(real, str) and real else path)
+            for path, real in zip(normalized, reals + [None] * (len(normalized) - len(reals)), strict=False)]
 
 
 def _prefixes(roots: Iterable[str]) -> tuple[str, ...]:
@@ -88,16 +135,14 @@ class Roots:
         object.__setattr__(self, "_starts", tuple(sorted(set(pairs), key=lambda pair: -len(pair[0]))))
 
     @classmethod
-    def of(cls, paths: Iterable[str | os.PathLike[str]], *, trusted: bool = False) -> Roots:
+    def of(cls, paths: Iterable[str | os.PathLike[str]], *, trusted: bool = False,
+           resolve: Callable[..., Sequence[str | None]] | None = None) -> Roots:
+        """Roots as given and resolved; `resolve(paths, trusted=...)` resolves symlinks on the backend's machine
+        when that is not this one (a root it cannot resolve is taken as written)."""
         lexical: list[str] = []
         real: list[str] = []
         pairs: list[tuple[str, str]] = []
-        for raw in paths:
-            try:
-                path = os.path.normpath(os.path.abspath(os.fspath(raw)))
-                resolved = os.path.realpath(path)
-            except (OSError, ValueError, TypeError):
-                continue
+        for path, resolved in _resolved(paths, resolve, trusted):
             if path not in lexical:
                 lexical.append(path)
             if resolved not in real:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from guardrail.gate import budget
+from guardrail.gate.backend import taints
 from guardrail.gate.fsview import PathState
 from guardrail.gate.interpreter import _TARGETS, TargetPython, TargetPythonError, target_python
 from guardrail.gate.view import FsView, local_view
@@ -739,7 +740,10 @@ class ModuleIndex:
         cached = self._closures.get(key)
         if cached is not None and all(self._mtime(path) == mtime for path, mtime in cached[0]):
             return set(cached[1]), cached[2]
+        unanswered = taints()
         loaded, uncertain, stamp = self._closure(modules, search, within=within, limit=limit)
+        if taints() != unanswered:  # a probe went unanswered: the closure may be wrong, not kept
+            return loaded, uncertain
         if len(self._closures) > 5_000:
             self._closures.clear()
         self._closures[key] = (stamp, frozenset(loaded), uncertain)

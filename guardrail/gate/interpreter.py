@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from guardrail.gate.backend import Roots
+from guardrail.gate.backend import Roots, taints
 
 if TYPE_CHECKING:
     from guardrail.gate.backend import ProbeBackend
@@ -94,13 +94,15 @@ def _backend(backend: ProbeBackend | None) -> ProbeBackend:
     return LocalBackend()
 
 
-def _inside(path: str, roots: Roots) -> bool:
-    """Whether `path`, as written or with symlinks resolved, lies under the untrusted roots."""
+def _inside(path: str, roots: Roots, backend: ProbeBackend | None = None) -> bool:
+    """Whether `path`, as written or with symlinks resolved (on the backend's machine), lies under the untrusted
+    roots; True when that cannot be told."""
     normal = os.path.normpath(os.path.abspath(path))
     if roots.holds_lexically(normal):
         return True
+    resolve = getattr(backend, "realpath", None)  # a backend whose filesystem is not this machine's resolves there
     try:
-        return roots.holds_really(os.path.realpath(normal))
+        return roots.holds_really(resolve(normal) if resolve is not None else os.path.realpath(normal))
     except (OSError, ValueError):
         return True
 
@@ -143,7 +145,7 @@ def _base_of(backend: ProbeBackend, venv: str, cfg: dict[str, str], untrusted: R
     home = cfg.get("home", "")
     if not home or not os.path.isabs(home):
         raise TargetPythonError(f"{venv}/pyvenv.cfg names no absolute home directory")
-    if _inside(home, untrusted):
+    if _inside(home, untrusted, backend):
         raise TargetPythonError(f"the venv's home {home} is inside the workspace: its interpreter is never run",
                                 refused=True)
     version = cfg.get("version_info") or cfg.get("version") or ""
@@ -155,10 +157,10 @@ def _base_of(backend: ProbeBackend, venv: str, cfg: dict[str, str], untrusted: R
             continue
         state = backend.stat_many([candidate], None)[0]
         if state.kind == "file" and state.executable:
-            if _inside(candidate, untrusted):
+            if _inside(candidate, untrusted, backend):
                 raise TargetPythonError(f"the venv's base interpreter {candidate} is inside the workspace: "
                                         "it is never run", refused=True)
-            if _inside(venv, untrusted):  # the cfg is the agent's: the base must at least be a real binary
+            if _inside(venv, untrusted, backend):  # the cfg is the agent's: the base must at least be a real binary
                 head = backend.read_prefix(candidate, None, 8) or b""
                 if not head.startswith(_NATIVE_MAGIC):
                     raise TargetPythonError(f"the venv's base interpreter {candidate} is not a native "
@@ -171,7 +173,7 @@ def _locate(backend: ProbeBackend, exe: str, untrusted: Roots) -> tuple[str, str
     """(the base interpreter to ask, the venv directory or None, the venv's settings)."""
     found = _find_venv(backend, exe)
     if found is None:
-        if _inside(exe, untrusted):
+        if _inside(exe, untrusted, backend):
             raise TargetPythonError(f"target interpreter {exe} is inside the workspace: it is never run",
                                     refused=True)
         return exe, None, {}
@@ -200,16 +202,20 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
     """
     local = _backend(backend)
     roots = untrusted or Roots()
-    exe = python or sys.executable
+    # A backend for another machine names that machine's default interpreter and searches its PATH.
+    default = getattr(local, "default_python", None)
+    exe = python or (default() if default is not None else None) or sys.executable
     if not os.path.isabs(exe):
-        found = shutil.which(exe) if os.sep not in exe else None
+        find = getattr(local, "find_program", None) or shutil.which
+        found = find(exe) if os.sep not in exe else None
         if found is None:
             raise TargetPythonError(f"target interpreter {exe!r} is not an absolute path and not on PATH")
         exe = found
     exe = os.path.normpath(exe)
+    unanswered = taints()
     if local.stat_many([exe], None)[0].kind != "file":
         raise TargetPythonError(f"target interpreter {exe!r} not found")
-    key = (exe, *roots.lexical, "\x00", *roots.real)
+    key = (local.key, exe, *roots.lexical, "\x00", *roots.real)
     fingerprint = _fingerprint(local, exe)
     cached = _TARGETS.get(key)
     # Valid while the interpreter, its pyvenv.cfg and its site dirs (a new .pth changes their mtime) are unchanged.
@@ -223,6 +229,8 @@ def target_python(python: str | None = None, *, untrusted: Roots | None = None, 
         if wanted and wanted != got:
             raise TargetPythonError(f"{venv}/pyvenv.cfg says Python {wanted} but its home runs {got}")
     target = _assemble(local, exe, base, venv, facts, roots)
+    if taints() != unanswered:  # a probe went unanswered while learning it: the target is used, not kept
+        return target
     with _TARGETS_LOCK:
         _TARGETS[key] = (fingerprint + _site_fingerprint(local, target), target)
     return target
@@ -236,30 +244,41 @@ def _asked(backend: ProbeBackend, base: str, venv: str | None, cfg: dict[str, st
            timeout_s: float) -> dict[str, Any]:
     """The base's answer, asked once per base interpreter and venv (a new workspace reuses it: only the
     static part, which depends on the workspace roots, is redone)."""
-    key = ("asked", base, venv or "", cfg.get("include-system-site-packages", "").lower())
+    key = ("asked", backend.key, base, venv or "", cfg.get("include-system-site-packages", "").lower())
     mtime = _mtime(backend, base)
     cached = _TARGETS.get(key)
     if cached is not None and cached[0] == mtime:
         return cached[1]  # type: ignore[return-value]
-    facts = _ask(base, venv, cfg, timeout_s)
+    facts = _ask(base, venv, cfg, timeout_s, backend)
     with _TARGETS_LOCK:
         _TARGETS[key] = (mtime, facts)
     return facts
 
 
-def _ask(base: str, venv: str | None, cfg: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    """Ask the trusted base interpreter for its own paths (and a venv prefix's site dirs, computed by its site.py)."""
+def _ask(base: str, venv: str | None, cfg: dict[str, str], timeout_s: float,
+         backend: ProbeBackend | None = None) -> dict[str, Any]:
+    """Ask the trusted base interpreter for its own paths (and a venv prefix's site dirs, computed by its site.py),
+    on the backend's machine (``run_python``) when that is not this one."""
     system = "system" if cfg.get("include-system-site-packages", "").lower() == "true" else "nosystem"
     argv = [base, "-I", "-S", "-B", "-c", _QUERY] + ([venv, system] if venv else [])
+    run = getattr(backend, "run_python", None)
+    if run is not None:
+        outcome = run(argv, timeout_s)
+        if outcome is None:
+            raise TargetPythonError(f"cannot run target interpreter {base!r} in the sandbox")
+        returncode, stdout, stderr = outcome
+    else:
+        try:
+            proc = subprocess.run(argv, cwd=os.path.abspath(os.sep), capture_output=True, text=True,
+                                  timeout=timeout_s,
+                                  env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"})
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise TargetPythonError(f"cannot run target interpreter {base!r}: {exc}") from exc
+        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    if returncode != 0:
+        raise TargetPythonError(f"target interpreter {base!r} failed: {stderr.strip()[-500:]}")
     try:
-        proc = subprocess.run(argv, cwd=os.path.abspath(os.sep), capture_output=True, text=True, timeout=timeout_s,
-                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"})
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise TargetPythonError(f"cannot run target interpreter {base!r}: {exc}") from exc
-    if proc.returncode != 0:
-        raise TargetPythonError(f"target interpreter {base!r} failed: {proc.stderr.strip()[-500:]}")
-    try:
-        facts = json.loads(proc.stdout)
+        facts = json.loads(stdout)
     except json.JSONDecodeError as exc:
         raise TargetPythonError(f"target interpreter {base!r} gave no path list: {exc}") from exc
     if not isinstance(facts, dict) or not isinstance(facts.get("path"), list):
@@ -271,14 +290,14 @@ def _assemble(backend: ProbeBackend, exe: str, base: str, venv: str | None, fact
               untrusted: Roots) -> TargetPython:
     entries = [str(p) for p in facts["path"]]
     major, minor, micro = (list(facts.get("version", [])) + [0, 0, 0])[:3]
-    import_roots = [p for p in entries if not _inside(p, untrusted)]
+    import_roots = [p for p in entries if not _inside(p, untrusted, backend)]
     editable: dict[str, str] = {}
     hooks: list[str] = []
     site_dirs: list[str] = []
     for site_dir in [str(s) for s in facts.get("site", [])]:
         if backend.stat_many([site_dir], None)[0].kind != "dir" or site_dir in entries:
             continue
-        trusted = not _inside(site_dir, untrusted)
+        trusted = not _inside(site_dir, untrusted, backend)
         entries.append(site_dir)
         site_dirs.append(site_dir)
         if trusted:
@@ -330,7 +349,7 @@ def _read_pth_files(backend: ProbeBackend, site_dir: str, entries: list[str], ed
                 continue
             # An entry pointing outside the untrusted roots from a .pth the agent can write is kept (so a
             # module there is unknown rather than missing) without looking at whether it exists.
-            if _inside(site_dir, untrusted) and not _inside(path, untrusted):
+            if _inside(site_dir, untrusted, backend) and not _inside(path, untrusted, backend):
                 entries.append(path)
             elif backend.stat_many([path], None)[0].kind == "dir":
                 entries.append(path)
@@ -348,7 +367,11 @@ def _editable_mapping(backend: ProbeBackend, finder_path: str) -> dict[str, str]
     if key not in _MAPPINGS:
         if len(_MAPPINGS) > 1_000:
             _MAPPINGS.clear()
-        _MAPPINGS[key] = _read_mapping(backend, finder_path) if state.kind == "file" else {}
+        unanswered = taints()
+        mapping = _read_mapping(backend, finder_path) if state.kind == "file" else {}
+        if taints() != unanswered:  # a probe went unanswered: not kept
+            return mapping
+        _MAPPINGS[key] = mapping
     return dict(_MAPPINGS[key])
 
 

@@ -70,14 +70,17 @@ class Gate:
                  tools: Mapping[str, Mapping[str, Any] | Callable[..., Any]] | None = None,
                  path_env: str | None = None, roots: Iterable[str | os.PathLike[str]] = (),
                  backend: ProbeBackend | None = None) -> None:
+        self._options: dict[str, Any] = {"python": python, "cwd": cwd, "budget_s": budget_s, "tools": tools,
+                                         "path_env": path_env, "roots": tuple(roots)}
+        self.backend: ProbeBackend = backend or LocalBackend()
         self.workspace = os.path.abspath(os.fspath(workspace))
         self.cwd = os.path.abspath(os.fspath(cwd)) if cwd is not None else self.workspace
-        self.python = resolve_python(python, self.cwd)
+        # A bare interpreter name is looked up on the backend's machine (the sandbox's PATH for a remote one).
+        self.python = resolve_python(python, self.cwd, getattr(self.backend, "find_program", None))
         self.budget_s = budget_s
         self.schemas: dict[str, ToolSchema] = {name: tool_schema(t) for name, t in (tools or {}).items()}
         self.path_env = path_env
-        self.roots = Roots.of([self.workspace, *roots])
-        self.backend: ProbeBackend = backend or LocalBackend()
+        self.roots = Roots.of([self.workspace, *roots], resolve=getattr(self.backend, "realpaths", None))
         self.fs = FsView(self.backend, self.roots, command_dirs=_command_dirs(self._path_env()))
         self._index: ModuleIndex | None = None
         self._index_error: str | None = None
@@ -85,6 +88,15 @@ class Gate:
         self._index_done = threading.Event()
         self._index_thread: threading.Thread | None = None
         self._lock = threading.Lock()
+
+    def using(self, backend: ProbeBackend, *, python: str | None = None, path_env: str | None = None) -> Gate:
+        """The same gate (workspace, roots, cwd, tools, budget) probing through `backend`, e.g. inside the agent's
+        sandbox; `python` and `path_env` name the agent's interpreter and PATH there (default: as given before,
+        else the backend's own defaults)."""
+        options = dict(self._options)
+        options["python"] = python or options["python"]
+        options["path_env"] = path_env or options["path_env"]
+        return Gate(self.workspace, backend=backend, **options)
 
     # ------------------------------------------------------------------ the target's index
     def prepare(self) -> Gate:
@@ -137,8 +149,12 @@ class Gate:
     def _path_env(self) -> str:
         if self.path_env is not None:
             return self.path_env
-        bin_dir = os.path.dirname(self.python or sys.executable)
-        return os.pathsep.join([bin_dir, os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")])
+        # A backend for another machine gives that machine's PATH and default interpreter.
+        system = getattr(self.backend, "default_path_env", None)
+        default = getattr(self.backend, "default_python", None)
+        python = self.python or (default() if default is not None else sys.executable)
+        path = system() if system is not None else os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        return os.pathsep.join([os.path.dirname(python), path]) if python else path
 
     # ------------------------------------------------------------------ decisions
     def check(self, action: Action | Mapping[str, Any], state: GateState | None = None) -> GateReport:
@@ -182,8 +198,11 @@ class Gate:
         except (RecursionError, MemoryError) as exc:
             predicates = [Predicate("analysis_complete", ("the action", f"too deeply nested ({type(exc).__name__})",
                                                           "limit"), False, "gate")]
-        # Every path the action names, stat'ed in one backend call (one round-trip for a remote backend).
-        self.fs.prefetch(str(a) for p in predicates for a in p.args[:1] if isinstance(a, str) and a.startswith("/"))
+        # Every path the action names, stat'ed in one backend call (one round-trip for a remote backend), with the
+        # commands it runs.
+        self.fs.prefetch((str(a) for p in predicates for a in p.args[:1] if isinstance(a, str) and a.startswith("/")),
+                         [str(p.args[0]) for p in predicates if p.name == "executable_available" and p.args
+                          and "/" not in str(p.args[0])])
         prober = Prober(index, fs=self.fs, workspace=self.workspace, deadline=deadline, **self._index_status())
         # Probes that read or parse file content go last: a pathological file can then cost its own
         # predicate, not the stat-and-listing ones that follow it in the action.
@@ -224,15 +243,16 @@ class Gate:
 _CONTENT_PROBES = frozenset({"symbol_defined", "pytest_target_exists", "editor_text_present", "editor_line_in_range"})
 
 
-def resolve_python(python: str | None, cwd: str) -> str | None:
-    """The target interpreter as an absolute path: relative to the agent's cwd, a bare name looked up on PATH."""
+def resolve_python(python: str | None, cwd: str, which: Callable[[str], str | None] | None = None) -> str | None:
+    """The target interpreter as an absolute path: relative to the agent's cwd, a bare name looked up on PATH
+    (with `which`, on the backend's machine)."""
     if not python:
         return None
     if os.path.isabs(python):
         return os.path.normpath(python)
     if os.sep in python or (os.altsep and os.altsep in python):
         return os.path.normpath(os.path.join(cwd, python))
-    return shutil.which(python) or python
+    return (which or shutil.which)(python) or python
 
 
 def _command_dirs(path_env: str) -> list[str]:
@@ -288,10 +308,14 @@ class GateLayer(Layer):
                  cwd: str | os.PathLike[str] | None = None, budget_s: float = 0.25,
                  tools: Mapping[str, Mapping[str, Any] | Callable[..., Any]] | None = None,
                  persistent_shell: bool = True, roots: Iterable[str | os.PathLike[str]] = (),
-                 backend: ProbeBackend | None = None) -> None:
+                 backend: ProbeBackend | None = None, path_env: str | None = None) -> None:
         self.gate = Gate(workspace, python=python, cwd=cwd, budget_s=budget_s, tools=tools, roots=roots,
-                         backend=backend).prepare()
+                         backend=backend, path_env=path_env).prepare()
         self.persistent_shell = persistent_shell
+
+    def use_backend(self, backend: ProbeBackend, *, python: str | None = None, path_env: str | None = None) -> None:
+        """Probe through `backend` from now on (e.g. the agent's sandbox); see `Gate.using`."""
+        self.gate = self.gate.using(backend, python=python, path_env=path_env).prepare()
 
     def new_state(self, ctx: EpisodeContext) -> GateState:
         return GateState()

@@ -13,13 +13,14 @@ backend all the paths an action needs in one call so a remote backend can batch 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from guardrail.gate import fsview
-from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
+from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots, taints
 from guardrail.gate.fsview import MAX_READ_BYTES, PathState
 
 __all__ = ["MAX_LISTING", "FsView", "local_view"]
@@ -54,8 +55,9 @@ class FsView:
             self.readable: Roots | None = None
             self.listable: Roots | None = None
             return
-        self.readable = self.workspace + Roots.of(self._import_roots, trusted=True)
-        self.listable = self.readable + Roots.of(self._command_dirs, trusted=True)
+        resolve = getattr(self.backend, "realpaths", None)  # symlinks resolve on the backend's machine
+        self.readable = self.workspace + Roots.of(self._import_roots, trusted=True, resolve=resolve)
+        self.listable = self.readable + Roots.of(self._command_dirs, trusted=True, resolve=resolve)
 
     def set_import_roots(self, roots: Iterable[str]) -> None:
         """The target's trusted import paths, once they are known."""
@@ -92,13 +94,21 @@ class FsView:
                 memo[key] = state
         return state
 
-    def prefetch(self, paths: Iterable[str]) -> None:
-        """Stat every path an action needs in one backend call (one round-trip for a backend that batches)."""
+    def prefetch(self, paths: Iterable[str], programs: Iterable[str] = ()) -> None:
+        """Stat every path an action needs in one backend call (one round-trip for a backend that batches); a
+        backend with its own ``prefetch`` also looks up the command names `programs` in the same call."""
         memo = _MEMO.get()
         if memo is None or not getattr(self.backend, "batches", False):
             return
         me = id(self)
         wanted = list(dict.fromkeys(p for p in paths if isinstance(p, str) and (me, "list", p) not in memo))
+        batch = getattr(self.backend, "prefetch", None)
+        if batch is not None:
+            commands = [os.path.join(directory, program) for program in dict.fromkeys(programs)
+                        for directory in self._command_dirs]
+            for path, state in zip(wanted, batch(wanted, self.listable, commands), strict=True):
+                memo[(me, "list", path)] = state
+            return
         if wanted:
             for path, state in zip(wanted, self.backend.stat_many(wanted, self.listable), strict=True):
                 memo[(me, "list", path)] = state
@@ -158,8 +168,9 @@ class FsView:
             hit = cache.get(key)
             if hit is not None and hit[0] == state.mtime_ns and hit[1] == state.size:
                 return hit[2]  # type: ignore[no-any-return]
+        unanswered = taints()
         value = compute(state)
-        if state.kind == "file":
+        if state.kind == "file" and taints() == unanswered:  # nothing it read went unanswered
             if len(cache) > limit:
                 cache.clear()
             cache[key] = (state.mtime_ns, state.size, value)

@@ -45,7 +45,7 @@ from traces.bench.gate_more import (
     target_venv,
 )
 
-__all__ = ["BENCH", "PROJECTS", "Case", "build_cases", "confirm_label"]
+__all__ = ["BENCH", "PROJECTS", "Case", "bench_cases", "build_cases", "confirm_label"]
 
 # Pinned pure-Python projects whose sdists ship their tests.
 PROJECTS = ["sqlparse==0.5.1", "toolz==0.12.1", "more-itertools==10.5.0", "six==1.16.0", "idna==3.10",
@@ -398,11 +398,11 @@ def label_cases(cases: list[Case], roots: dict[str, Path], python: str, cache: P
 
 
 # ------------------------------------------------------------------------------------------------ methods
-def _gate_for(root: Path, python: str) -> Any:
+def _gate_for(root: Path, python: str, backend: Any = None) -> Any:
     from guardrail.gate.layer import Gate
 
     return Gate(root, python=python, path_env=os.pathsep.join([os.path.dirname(python), "/usr/local/bin",
-                                                               "/usr/bin", "/bin"]))
+                                                               "/usr/bin", "/bin"]), backend=backend)
 
 
 def _state(case: Case, root: Path) -> Any:
@@ -601,7 +601,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases-out", help="write the labelled cases (JSONL) here for inspection")
 
 
-def _run(args: argparse.Namespace) -> int:
+def bench_cases(args: argparse.Namespace) -> tuple[list[Case], list[Case], dict[str, Path], int]:
+    """The benchmark's labelled cases from `args` (as `_add_arguments` defines them; sets ``args.python``):
+    (confirmed cases, unconfirmed cases, project roots, label/intent disagreements)."""
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     roots: dict[str, Path] = {}
@@ -622,10 +624,14 @@ def _run(args: argparse.Namespace) -> int:
         built = build_cases(root, name, python_version=(version[0], version[1]))
         cases += built[: args.limit] if args.limit else built
     disagreements = label_cases(cases, roots, args.python, cache, workers=args.workers, show=not args.json)
-    if args.cases_out:
+    if getattr(args, "cases_out", None):
         atomic_write_text(args.cases_out, "".join(json.dumps(asdict(c)) + "\n" for c in cases))
-    unconfirmed = [c for c in cases if c.label is None]
-    cases = [c for c in cases if c.label is not None]
+    return ([c for c in cases if c.label is not None], [c for c in cases if c.label is None], roots,
+            disagreements)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cases, unconfirmed, roots, disagreements = bench_cases(args)
     predictions, latencies = run_statemirror(cases, roots, args.python)
     cold_new_workspace, cold_interpreter = cold_latency(cases, roots, args.python)
     results = [summarize("statemirror", cases, predictions, latencies, cold_new_workspace)]

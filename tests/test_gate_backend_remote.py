@@ -1,0 +1,274 @@
+"""The remote probe backend (issue 19): the fixed probe program gives exactly the local backend's answers.
+
+Run here through `LocalExecTransport` (the probe program in a real subprocess, as a sandbox runs it;
+the SWE-ReX transport has its own tests in test_adapters_swerex_backend.py). Asserted: every stat,
+listing, read, walk and `which` equals `LocalBackend`'s on a hostile workspace; the gate's verdicts,
+messages and hints are the same; no tripwire fires and nothing is written; paths are data, never shell;
+the probe interpreter never runs from under the workspace; a warm decision costs one round-trip and sees
+every change made since the last; a broken, lying, slow or silent sandbox makes predicates unknown,
+never false, within the decision's deadline.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardrail.gate import Gate, Outcome
+from guardrail.gate.backend import DECISION_MEMO, LocalBackend, Roots
+from guardrail.gate.backend_remote import MAGIC, PROBE_SOURCE, LocalExecTransport, RemoteBackend
+from guardrail.gate.interpreter import _QUERY
+from tests.hostile.generators import HostileWorkspace, Sizes, build_workspace, hostile_actions, random_actions
+from traces.bench.sandbox import report_signature
+
+BUDGET_S = 10.0  # generous: these tests pin behaviour, not speed (that is `guardrail bench sandbox`)
+SMALL = Sizes(big_module_bytes=60_000, chain_module_bytes=20_000, near_match_bytes=60_000, echo_pipes=300,
+              dir_entries=3_000, nesting=500, dir_depth=20, random_actions=30)
+FIXTURE = Path(__file__).parent / "fixtures" / "gate" / "proj"
+PATH_ENV = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+class Recording(LocalExecTransport):
+    """The probe run here, with every argv and environment it was given kept."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], dict[str, str] | None]] = []
+
+    def __call__(self, argv: list[str], *, timeout_s: float,
+                 env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
+        self.calls.append((list(argv), env))
+        return super().__call__(argv, timeout_s=timeout_s, env=env)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> HostileWorkspace:
+    return build_workspace(tmp_path_factory.mktemp("remote"), SMALL)
+
+
+def _paths(hw: HostileWorkspace) -> list[str]:
+    ws = hw.ws
+    found = [str(p) for p in sorted(ws.iterdir())]
+    found += [str(p) for p in sorted((ws / "trap").iterdir())] + [str(ws / "tests" / "test_a.py")]
+    return found + [
+        str(ws), str(ws / "nope.py"), str(ws / "fifo.py" / "x"), str(ws / "loop_a" / "x"), str(ws / ("a" * 300)),
+        str(ws / "keys_link" / "prod_key.pem"), str(ws / "keys_link"), str(ws / ".." / "outside" / ".env"),
+        str(hw.outside / ".env"), str(hw.outside / "nope"), "/etc/passwd", "/dev/zero",
+        str(ws / "bad\x00name"), str(ws / "d" / "d" / "nothing"), "relative/path.py", str(ws) + "/./trap/../trap",
+    ]
+
+
+def _roots(hw: HostileWorkspace) -> list[Roots | None]:
+    workspace = Roots.of([hw.ws])
+    stdlib = Roots.of([sysconfig.get_paths()["stdlib"]], trusted=True)
+    return [workspace, workspace + stdlib, None]
+
+
+def test_every_answer_is_the_local_backends(hostile: HostileWorkspace) -> None:
+    local, remote = LocalBackend(), RemoteBackend(LocalExecTransport(), timeout_s=30.0)
+    paths = _paths(hostile)
+    for roots in _roots(hostile):
+        for memo in (None, {}):  # alone, and inside a decision (one round-trip, answers kept)
+            token = DECISION_MEMO.set(memo)
+            try:
+                assert remote.stat_many(paths, roots) == local.stat_many(paths, roots)
+                for path in paths if memo is None else ():
+                    for limit in (10, 100_000):
+                        assert remote.list_dir(path, roots, limit) == local.list_dir(path, roots, limit), path
+                    for limit in (7, 1 << 20):
+                        assert remote.read_prefix(path, roots, limit) == local.read_prefix(path, roots, limit), path
+                skip = frozenset({"bigdir"})
+                assert remote.walk(str(hostile.ws), roots, 50, skip) == local.walk(str(hostile.ws), roots, 50, skip)
+                dirs = ["/usr/local/bin", "/usr/bin", "/bin", str(hostile.ws)]
+                for program in ("sh", "reproduce.py", "nosuchprogram_x", "fifo.py"):
+                    assert remote.which(program, dirs, roots) == local.which(program, dirs, roots)
+            finally:
+                DECISION_MEMO.reset(token)
+    assert remote.failures == 0
+
+
+def test_the_gate_says_exactly_what_it_says_locally_and_runs_nothing(hostile: HostileWorkspace) -> None:
+    before = hostile.snapshot()
+    cases = hostile_actions(hostile) + random_actions(hostile, SMALL.random_actions, seed=19)
+    same = {"budget_s": BUDGET_S, "python": sys.executable, "path_env": PATH_ENV}  # what the sandbox is told
+    local = Gate(hostile.ws, **same)
+    backend = RemoteBackend(LocalExecTransport(), timeout_s=30.0)
+    remote = Gate(hostile.ws, backend=backend, **same)
+    for case in cases:
+        mine = report_signature(remote.check(case["action"]))
+        theirs = report_signature(local.check(case["action"]))
+        assert mine == theirs, case["action"]
+    # the workspace's own interpreters: refused the same way (never run), with the same finding
+    for python in hostile.evil_venvs.values():
+        action = {"kind": "python", "code": "import trap"}
+        there = Gate(hostile.ws, budget_s=BUDGET_S, python=str(python), path_env=PATH_ENV, backend=backend).check(action)
+        here = Gate(hostile.ws, budget_s=BUDGET_S, python=str(python), path_env=PATH_ENV).check(action)
+        assert report_signature(there) == report_signature(here)
+        assert [f.message for f in there.findings(layer="gate")] == [f.message for f in here.findings(layer="gate")]
+    assert sorted(p.name for p in hostile.markers.iterdir()) == []  # no tripwire fired
+    assert hostile.snapshot() == before  # nothing written
+    assert backend.failures == 0
+
+
+def test_the_probe_runs_as_a_constant_program_with_its_request_as_data(tmp_path: Path) -> None:
+    names = ["$(touch MARK_sub)", ";touch MARK_semi;", "`touch MARK_tick`", "a b\nc", "-rf", "it's \"q\".py",
+             "\u00e9t\u00e9.py", "x\\y", "*", "--help"]
+    for name in names:
+        (tmp_path / name).write_text("x = 1\n")
+    (tmp_path / os.fsdecode(b"latin\xe9.py")).write_text("y = 2\n")
+    transport = Recording()
+    backend = RemoteBackend(transport)
+    paths = [str(tmp_path / name) for name in names] + [str(tmp_path / os.fsdecode(b"latin\xe9.py"))]
+    assert [s.kind for s in backend.stat_many(paths, None)] == ["file"] * len(paths)
+    assert backend.list_dir(str(tmp_path), None, 1000) == LocalBackend().list_dir(str(tmp_path), None, 1000)
+    gate = Gate(tmp_path, budget_s=BUDGET_S, backend=backend)
+    report = gate.check({"kind": "shell", "command": "cat " + " ".join(f"'{n}'" for n in names[:3]) + " missing"})
+    assert [v.predicate.args[0] for v in report.violations] == [str(tmp_path / "missing")]
+    assert not list(tmp_path.glob("MARK_*"))
+    target = gate.index().target
+    for argv, env in transport.calls:
+        python, flags, program = argv[0], argv[1:5], argv[5]
+        assert os.path.isabs(python) and flags == ["-I", "-S", "-B", "-c"]
+        assert env is None or set(env) == {"PATH", "LC_ALL"}
+        if program == _QUERY:  # the target's trusted base, asked its paths by the gate's fixed query
+            assert python == target.base_executable and argv[6:] in ([], [target.venv, "nosystem"])
+            continue
+        assert program == PROBE_SOURCE or program == "import marshal,sys;exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))))"
+        data = argv[6:] if program == PROBE_SOURCE else argv[7:]
+        assert data[0] == MAGIC and all(re.fullmatch(r"[0-9a-f]*", chunk) for chunk in data[1:])  # hex, nothing else
+
+
+def test_the_probe_program_only_reads() -> None:
+    """What the probe may do is visible in its source: built-in modules, no write, no process, no import of data."""
+    tree = ast.parse(PROBE_SOURCE)
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert imported == {"errno", "marshal", "os", "stat", "sys", "time"}
+    assert not any(isinstance(node, ast.ImportFrom) for node in ast.walk(tree))
+    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    functions = {call.id for call in calls if isinstance(call, ast.Name)}
+    methods = {call.attr for call in calls if isinstance(call, ast.Attribute)}
+    assert not functions & {"open", "exec", "eval", "compile", "__import__"}
+    assert not methods & {"system", "popen", "execv", "execve", "execvp", "spawnv", "posix_spawn", "fork", "remove",
+                          "unlink", "rename", "replace", "mkdir", "makedirs", "rmdir", "chmod", "chown", "symlink",
+                          "link", "truncate", "utime", "mkfifo"}
+    opened = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute) and node.func.attr == "open"]
+    assert opened and all("WRONLY" not in o and "RDWR" not in o and "CREAT" not in o for o in opened)
+    writes = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute) and node.func.attr == "write"]
+    assert writes and all(w.startswith(("os.write(1,", "os.write(2,")) for w in writes)  # stdout and stderr only
+
+
+def test_the_workspace_interpreter_never_runs_the_probe(tmp_path: Path) -> None:
+    ws, markers = tmp_path / "ws", tmp_path / "markers"
+    (ws / "bin").mkdir(parents=True)
+    markers.mkdir()
+    trap = ws / "bin" / "python3"
+    trap.write_text(f"#!/bin/sh\ntouch {markers / 'ran'}\nexec {sys.executable} \"$@\"\n")
+    trap.chmod(0o755)
+    backend = RemoteBackend(LocalExecTransport(), python=str(trap))
+    report = Gate(ws, budget_s=BUDGET_S, backend=backend).check({"kind": "shell", "command": "cat nope.txt"})
+    assert not list(markers.iterdir())
+    assert not report.hallucinated and {r.outcome for r in report.results} == {Outcome.UNKNOWN}
+    assert "never run" in (backend.last_failure or backend._discovery_error or "")
+    with pytest.raises(ValueError, match="absolute"):
+        RemoteBackend(LocalExecTransport(), python="python3")
+
+
+def _warm_gate(backend: RemoteBackend, ws: Path) -> Gate:
+    gate = Gate(ws, budget_s=BUDGET_S, backend=backend, python=sys.executable, path_env=PATH_ENV)
+    assert gate.index() is not None
+    return gate
+
+
+def test_a_warm_decision_is_one_round_trip_and_sees_every_change(tmp_path: Path) -> None:
+    import shutil
+
+    ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
+    backend = RemoteBackend(LocalExecTransport())
+    gate, local = _warm_gate(backend, ws), Gate(ws, budget_s=BUDGET_S, python=sys.executable, path_env=PATH_ENV)
+
+    def check(action: dict[str, Any]) -> tuple[Any, int]:
+        before = backend.round_trips
+        report = gate.check(action)
+        assert report_signature(report) == report_signature(local.check(action)), action
+        return report, backend.round_trips - before
+
+    actions = [{"kind": "shell", "command": "cat setup.cfg fresh.txt && ls docs && python -c 'import freshmod'"},
+               {"kind": "python", "code": "from pkg.core import make_engine, fresh_name"},
+               {"kind": "shell", "command": "grep -rn x pkg && cat later/new.txt"}]
+    for action in actions:
+        check(action)  # cold: listings and files fetched once
+    for action in actions:
+        assert check(action)[1] == 1  # warm: one round-trip, whatever the action names
+    # every kind of change since the last decision is seen in the next one
+    (ws / "fresh.txt").write_text("new\n")
+    (ws / "freshmod.py").write_text("x = 1\n")
+    with open(ws / "pkg" / "core.py", "a", encoding="utf-8") as handle:
+        handle.write("\nfresh_name = 1\n")
+    (ws / "later").mkdir()
+    (ws / "later" / "new.txt").write_text("x\n")
+    for action in actions:
+        assert not check(action)[0].hallucinated
+    (ws / "setup.cfg").unlink()
+    assert check(actions[0])[0].hallucinated
+
+
+class Tampered(LocalExecTransport):
+    """A sandbox whose interpreter starts lying once `armed` (the agent owns the sandbox, its interpreter too)."""
+
+    def __init__(self, change: Any) -> None:
+        self.change, self.armed = change, False
+
+    def __call__(self, argv: list[str], *, timeout_s: float,
+                 env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
+        answer = super().__call__(argv, timeout_s=max(timeout_s, 5.0), env=env)
+        return answer if not self.armed or answer is None else self.change(answer, timeout_s)
+
+
+def _sleep(answer: Any, timeout_s: float) -> Any:
+    time.sleep(timeout_s + 0.05)
+    return None
+
+
+TAMPERING = {
+    "garbage": lambda answer, _: (0, "GR1 [[not json", ""),
+    "wrong count": lambda answer, _: (0, "GR1 []\n", ""),
+    "wrong shapes": lambda answer, _: (0, re.sub(r'"[0-9a-f]*"', '"66"', answer[1]), ""),
+    "unknown kinds": lambda answer, _: (0, re.sub(r'\["(6d697373696e67|66696c65|646972)"', '["7a7a"', answer[1]), ""),
+    "bare integers": lambda answer, _: (0, re.sub(r"\[[^\[\]]*\]", "-1", answer[1]), ""),
+    "exit 1": lambda answer, _: (1, "", "Traceback: boom"),
+    "huge": lambda answer, _: (0, "GR1 [" + "0," * (9 << 20) + "0]", ""),
+    "silent": _sleep,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_a_lying_or_silent_sandbox_makes_predicates_unknown_never_false(tmp_path: Path, name: str) -> None:
+    import shutil
+
+    ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
+    transport = Tampered(TAMPERING[name])
+    backend = RemoteBackend(transport, timeout_s=0.3)
+    gate = Gate(ws, budget_s=1.0, backend=backend, python=sys.executable)
+    assert gate.index() is not None
+    actions = [{"kind": "shell", "command": "cat nope.txt && nosuchcommand_q && python -c 'import nosuchmod_q'"},
+               {"kind": "python", "code": "from pkg.core import nope_name\nimport pkg.nosub"},
+               {"kind": "tool", "tool": "str_replace_editor",
+                "args": {"command": "str_replace", "path": str(ws / "setup.cfg"), "old_str": "zzz", "new_str": ""}}]
+    for action in actions:  # honest answers first: caches filled, as in a run that has gone on a while
+        gate.check(action)
+    transport.armed = True
+    for action in actions:
+        started = time.perf_counter()
+        report = gate.check(action)
+        assert time.perf_counter() - started < 2.0
+        assert not any(r.outcome is Outcome.FALSE for r in report.results), (name, report.to_json())
+        assert report.error is None and any(r.outcome is Outcome.UNKNOWN for r in report.results)
