@@ -30,3 +30,20 @@ def test_bench_prints_one_json_object_per_rung_with_the_issue_keys(capsys: pytes
     assert summary["original_branch_untouched"] == f"{selected}/{selected}"
     assert all(row["n"] == selected for row in rows)
     assert "scripted testbed policy" in err
+
+
+def test_a_seeded_real_client_forks_with_a_new_seed_and_gets_its_own_back() -> None:
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    from traces.bench.repair import _Episode, _reseed
+    from traces.policy import Policy
+
+    model = ChatOpenAI(base_url="http://127.0.0.1:9/v1", api_key=SecretStr("x"), model="m", seed=7)
+    episode = _Episode(0, None, Policy(seed=7), None, model, {}, {}, False, [], "checks", [])
+    _reseed(episode, 0)
+    assert model.seed == 8  # not the original's 7: resample would replay the original call's tokens
+    _reseed(episode, 2)
+    assert model.seed == 10
+    _reseed(episode, None)
+    assert model.seed == 7

@@ -173,3 +173,38 @@ def test_bench_repair_inline_reports_one_row_per_configuration():
         assert {"n", "recovered", "broken", "original_intact", "extra_model_calls"} <= set(row)
         assert row["n"] >= 1 and row["original_intact"] == row["n"]  # every flagged original kept
         assert row["recovered"] >= 1 and row["extra_model_calls"] > 0
+
+
+def test_inline_bench_on_an_openai_endpoint_pairs_rungs_on_the_same_per_call_seeds():
+    """The real-model path over real HTTP (a scripted server stands in for the model): both frameworks, both rungs."""
+    from traces.bench.repair_inline import run_inline
+    from traces.models import EndpointSpec
+    from traces.openai_server import PolicyResponder, ScriptedLLMServer
+
+    # The policy invents its figures every time and turns careful only for a hint that names its slip.
+    with ScriptedLLMServer(PolicyResponder(Policy(seed=1, hallucinate_rate=1.0, hint_response="relevant"))) as server:
+        rows = run_inline(episodes=2, seed=0, configurations=(("langgraph", "memory"), ("autogen_team", "team_state")),
+                          rungs=("resample", "adaptive"), spec=EndpointSpec("openai:scripted", server.openai_url))
+        seeds = [body.get("seed") for body in server.requests]
+
+    by = {(r["framework"], r["rung"]): r for r in rows}
+    for framework in ("langgraph", "autogen_team"):
+        control, hinted = by[(framework, "resample")], by[(framework, "adaptive")]
+        assert control["episodes"] == hinted["episodes"] == 2 and control["n"] == hinted["n"] == 2
+        assert control["original_intact"] == hinted["original_intact"] == 2
+        assert control["recovered"] == 0 and hinted["recovered"] == hinted["right_after"] == 2
+        assert hinted["pairs"] == hinted["pairs_same_original"] == 2 and hinted["p_vs_resample"] == 0.5
+        assert "p_vs_resample" not in control
+    # The k-th call of episode i carries seed 64 * i + k, forks included: a fork samples anew, rungs pair.
+    first_run = seeds[:seeds.index(64)]
+    assert first_run == list(range(len(first_run))) and len(first_run) >= 3
+
+
+def test_a_real_runs_original_branch_is_checked_against_its_own_messages():
+    from traces.bench.repair_inline import _intact_against
+
+    original = [("HumanMessage", '"q"'), ("AIMessage", '""'), ("ToolMessage", '"$5"'), ("AIMessage", '"$5"')]
+    assert _intact_against([original[:1], original[:3], original], original)
+    assert not _intact_against([original[:1], original[:3]], original)  # the head lost the answer
+    assert not _intact_against([original[:1], [original[0], ("AIMessage", '"x"')], original], original)
+    assert not _intact_against([], original) and not _intact_against([original], None)

@@ -112,3 +112,23 @@ def test_the_same_slips_through_mini_swe_agents_real_loop(project: Path) -> None
     assert intervene.blocked >= 3 and intervene.blocks_visible == intervene.blocked
     assert intervene.tool_errors < report.tool_errors and intervene.repaired >= 3
     assert summarize([report, intervene])["modes"]["intervene"]["blocks_visible"] == intervene.blocked
+
+
+@pytest.mark.slow
+def test_a_real_model_drives_mini_swe_agent_through_the_gate(project: Path, local_model) -> None:
+    pytest.importorskip("minisweagent", reason="mini-swe-agent is not installed: pip install 'guardrail[swe]'")
+    from traces.coding.mini import run_mini_task
+    from traces.coding.real_model import SYSTEM_TEMPLATE, endpoint_coding_model
+    from traces.models import EndpointSpec
+
+    base_url, info = local_model
+    spec = EndpointSpec("local:smollm2", base_url, server=info)
+    agent = CodingAgent(project, seed=0)
+    task = make_coding_tasks(agent.index, 1, seed=0)[0]
+    run = run_mini_task(project, agent.index, task, "intervene", agent._gate, slip_rate=0.0, seed=0,
+                        model_factory=lambda t, r: endpoint_coding_model(spec, t, r, seed=0),
+                        system_template=SYSTEM_TEMPLATE, step_limit=2)
+    assert run.crashes == 0 and run.steps == 2 and run.tokens > 0
+    assert run.exit_status in ("LimitsExceeded", "Submitted") and len(run.transcript) == 2
+    assert all(command for command, _ in run.transcript)  # real commands from the model's tool calls
+    assert run.blocks_visible == run.blocked  # every block reached the model as the command's output

@@ -344,3 +344,32 @@ def test_a_resume_runs_again_what_todays_rules_keep(tmp_path):
     del generator["model_provenance"]  # the scripted collector: T >= 4, an injector must fire
     _, rejected = _earlier_run(tmp_path, generator)
     assert [r.episode_id for r in rejected] == ["langgraph-healthy-0000", "langgraph-healthy-0001"]
+
+
+# --------------------------------------------------------------------------- bench real on the committed corpora
+def test_bench_real_monitor_variants_fit_on_the_real_corpus():
+    from guardrail.core.corpus import read_corpus
+    from traces.bench.real import REAL, monitor_figures
+
+    if not (REAL["langgraph"] / "manifest.json").is_file():
+        pytest.skip(f"{REAL['langgraph']} is not committed here")
+    figures = monitor_figures(read_corpus(REAL["langgraph"]).episodes, repeats=1)
+    assert figures["uncertainty_only"]["channels"] == ["u"]  # the default monitor less what reads 'g'
+    assert figures["without_uncertainty"]["channels"] == ["e", "m", "g"]
+    assert all(0.5 < figures[v]["auroc"] <= 1.0 for v in figures)
+
+
+def test_bench_real_fitted_spec_flags_no_held_out_healthy_run_and_covers_only_fitted_families():
+    from guardrail.core.corpus import read_corpus
+    from traces.bench.real import REAL, fitted_verifier_figures
+
+    if not (REAL["langgraph"] / "manifest.json").is_file():
+        pytest.skip(f"{REAL['langgraph']} is not committed here")
+    figures = fitted_verifier_figures("real", read_corpus(REAL["langgraph"]).episodes, seed=0)
+    assert figures["healthy_train"] == 26 and figures["healthy_test"] == 17
+    assert figures["flagged"]["healthy"] == {"fitted": "0/17", "task_spec": "8/17"}
+    assert figures["healthy_flagged_by_check"]["task_spec"]["total_consistency"] == "8/17"
+    # The model never answered a nights or two_legs task right: no family is fitted for them.
+    by_kind = figures["fitted_flagged_by_task_kind"]["incomplete"]
+    assert by_kind["nights"].startswith("0/") and by_kind["two_legs"].startswith("0/")
+    assert not by_kind["fare"].startswith("0/")

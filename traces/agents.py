@@ -88,17 +88,25 @@ def _tool_latencies(calls: Sequence[tuple[str, str, Any]], log: Sequence[ToolCal
 
 
 # --------------------------------------------------------------------------- LangGraph
-def real_model_middleware(first_turn_tool_choice: str | None = None) -> Any:
+def real_model_middleware(first_turn_tool_choice: str | None = None, *, seed_per_call: int | None = None) -> Any:
     """LangChain agent middleware for a real model: stamps each model call's seconds, sets the first turn's tool choice.
 
     The seconds go where the scripted model and the guard's adapter put them (`LATENCY_KEY` on the
     AIMessage), so a real run's steps carry model latency too. With `first_turn_tool_choice` a model
     call that comes before any tool result is made with it: the testbed's small-model agent design
-    (`traces.models.EndpointSpec`; AutoGen's side is `RecordingChatCompletionClient`).
+    (`traces.models.EndpointSpec`; AutoGen's side is `RecordingChatCompletionClient`). With
+    `seed_per_call` the k-th model call through this middleware (forks included) carries seed
+    ``seed_per_call + k``: a repair fork then samples anew, as an unseeded provider would, instead of
+    replaying the original call's tokens, and the whole run stays reproducible.
     """
     from langchain.agents.middleware import AgentMiddleware
 
+    calls = [0]
+
     def first(request: Any) -> Any:
+        if seed_per_call is not None:
+            request = request.override(model_settings={**request.model_settings, "seed": seed_per_call + calls[0]})
+            calls[0] += 1
         if first_turn_tool_choice and request.tools and not any(isinstance(m, ToolMessage) for m in request.messages):
             return request.override(tool_choice=first_turn_tool_choice)
         return request

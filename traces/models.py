@@ -230,13 +230,17 @@ class RecordingChatCompletionClient(ChatCompletionClient):
 
     ``first_turn_tool_choice`` (e.g. ``"required"``) replaces the agent's ``tool_choice`` on a call whose
     messages hold no tool result yet: the small-model agent design of the testbed (see `EndpointSpec`).
+    With ``seed_per_call`` the k-th call carries seed ``seed_per_call + k`` (a repair fork samples anew
+    instead of replaying the original's tokens; see `traces.agents.real_model_middleware`).
     """
 
     def __init__(self, inner: ChatCompletionClient, *, model_name: str,
-                 first_turn_tool_choice: str | None = None) -> None:
+                 first_turn_tool_choice: str | None = None, seed_per_call: int | None = None) -> None:
         self.inner = inner
         self.model_name = model_name
         self.first_turn_tool_choice = first_turn_tool_choice
+        self.seed_per_call = seed_per_call
+        self.calls = 0
         self.results: list[Any] = []
         self.latencies: list[float] = []
 
@@ -246,10 +250,13 @@ class RecordingChatCompletionClient(ChatCompletionClient):
         if tools and self.first_turn_tool_choice and tool_choice == "auto" \
                 and not any(isinstance(m, FunctionExecutionResultMessage) for m in messages):
             tool_choice = self.first_turn_tool_choice
+        extra = dict(extra_create_args or {})
+        if self.seed_per_call is not None:
+            extra["seed"] = self.seed_per_call + self.calls
+        self.calls += 1
         started = time.perf_counter()
         result = await self.inner.create(messages, tools=tools, tool_choice=tool_choice, json_output=json_output,
-                                         extra_create_args=dict(extra_create_args or {}),
-                                         cancellation_token=cancellation_token)
+                                         extra_create_args=extra, cancellation_token=cancellation_token)
         self.results.append(result)
         self.latencies.append(time.perf_counter() - started)
         return result

@@ -18,13 +18,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardrail.core.cliutil import Command, emit_json, print_table, progress
 from traces.coding.agent import CodingAgent, CodingRun, make_coding_tasks
 from traces.coding.project import DEFAULT_PROJECT, fetch_sdist
+
+if TYPE_CHECKING:
+    from traces.models import EndpointSpec
 
 __all__ = ["BENCH", "compare_modes", "summarize"]
 
@@ -32,15 +36,24 @@ MODES = ("report", "intervene")
 
 
 def compare_modes(agent: CodingAgent, n: int, seed: int, *, show_progress: bool = False,
-                  runner: str = "scripted") -> list[CodingRun]:
-    """Every task in both modes (same task, same slips), by the scripted agent or through mini-swe-agent's loop."""
+                  runner: str = "scripted", spec: EndpointSpec | None = None) -> list[CodingRun]:
+    """Every task in both modes (same task, same slips), by the scripted agent or through mini-swe-agent's loop.
+
+    `spec` (mini-swe-agent only) drives the loop with a real model instead of the scripted one.
+    """
     tasks = make_coding_tasks(agent.index, n, seed)
     jobs = [(task, mode) for task in tasks for mode in MODES]
     if runner == "mini-swe-agent":
         from traces.coding.mini import run_mini_task
 
+        extra: dict[str, Any] = {}
+        if spec is not None:
+            from traces.coding.real_model import STEP_LIMIT, SYSTEM_TEMPLATE, endpoint_coding_model
+
+            extra = {"model_factory": lambda task, run: endpoint_coding_model(spec, task, run, seed=seed),
+                     "system_template": SYSTEM_TEMPLATE, "step_limit": STEP_LIMIT}
         return [run_mini_task(agent.root, agent.index, task, mode, agent._gate,  # type: ignore[arg-type]
-                              slip_rate=agent.slip_rate, seed=agent.seed)
+                              slip_rate=agent.slip_rate, seed=agent.seed, **extra)
                 for task, mode in progress(jobs, desc="mini-swe-agent tasks", total=len(jobs), enabled=show_progress)]
     return [agent.run_task(task, mode)  # type: ignore[arg-type]
             for task, mode in progress(jobs, desc="coding tasks", total=len(jobs), enabled=show_progress)]
@@ -67,6 +80,8 @@ def summarize(runs: Sequence[CodingRun]) -> dict[str, Any]:
             "blocked": sum(r.blocked for r in mode_runs),
             "blocks_visible": sum(r.blocks_visible for r in mode_runs),
         }
+        if any(r.exit_status for r in mode_runs):  # a real model's runs: how each ended
+            rows[mode]["exit_status"] = dict(sorted(Counter(r.exit_status for r in mode_runs).items()))
     report, intervene = rows["report"], rows["intervene"]
 
     def saved(key: str) -> float | None:
@@ -90,6 +105,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slip-rate", type=float, default=0.3, help="chance an action refers to something missing")
     parser.add_argument("--agent", choices=("scripted", "mini-swe-agent", "both"), default="scripted",
                         help="the scripted agent, the same agent through mini-swe-agent's real loop, or both")
+    parser.add_argument("--model", default=None,
+                        help="with --agent mini-swe-agent: a real model instead of the scripted one; local:NAME "
+                             "starts the project's model server (unless --endpoint names one)")
+    parser.add_argument("--endpoint", default=None, help="an OpenAI-compatible base URL for --model")
+    parser.add_argument("--temperature", type=float, default=0.2, help="sampling temperature of --model (0.2)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line per agent")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -107,6 +127,11 @@ def _run(args: argparse.Namespace) -> int:
         except (RuntimeError, OSError) as exc:
             sys.stderr.write(f"cannot get the project: {exc}\n")
             return 2
+    if args.model:
+        if args.agent != "mini-swe-agent":
+            sys.stderr.write("--model drives mini-swe-agent's loop: use it with --agent mini-swe-agent\n")
+            return 2
+        return _run_real(args, root)
     agent = CodingAgent(root, slip_rate=args.slip_rate, seed=args.seed)
     runners = ("scripted", "mini-swe-agent") if args.agent == "both" else (args.agent,)
     for runner in runners:
@@ -127,6 +152,62 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warned slips repaired: {summary['repaired']}/{summary['warned_slips']}"
               + (f" ({share:.0%})" if share is not None else "")
               + " (mechanism check: the scripted agent fixes any action whose feedback names the target)")
+    return 0
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    import hashlib
+
+    caches = {"__pycache__", ".pytest_cache"}  # what running the tests writes, not a change to the project
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()
+            and not caches & set(p.relative_to(root).parts)}
+
+
+def _run_real(args: argparse.Namespace, root: Path) -> int:
+    """mini-swe-agent driven by a real model: report vs intervene on the same tasks and seeds.
+
+    A real model's commands may write: they run in a scratch copy of the project, never in the
+    shared cache, and the files they changed are counted.
+    """
+    import shutil
+    import tempfile
+
+    from traces.model_server import running_server
+    from traces.models import EndpointSpec
+
+    model = args.model if ":" in args.model else f"openai:{args.model}"
+    with tempfile.TemporaryDirectory(prefix="guardrail-coding-real-") as scratch:
+        work = Path(scratch) / root.name
+        shutil.copytree(root, work, symlinks=True)
+        before = _tree_digest(work)
+        agent = CodingAgent(work, slip_rate=args.slip_rate, seed=args.seed)
+        with running_server(args.endpoint) as (base_url, info):
+            spec = EndpointSpec(model, base_url, temperature=args.temperature, server=info)
+            runs = compare_modes(agent, args.n, args.seed, show_progress=not args.quiet, runner="mini-swe-agent",
+                                 spec=spec)
+        after = _tree_digest(work)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    summary = summarize(runs)
+    summary["files_changed_by_the_model"] = changed
+    summary.pop("repaired_share")  # the next command passing the gate is not a repair of what the model meant
+    summary["next_command_passed_after_block"] = summary.pop("repaired")
+    summary.pop("warned_slips")
+    summary.update({"agent": "mini-swe-agent", "model": model, "model_sha256": info.get("model_sha256"),
+                    "temperature": args.temperature, "project": str(root), "n": args.n, "seed": args.seed,
+                    "submitted": sum(r.exit_status == "Submitted" for r in runs),
+                    "transcripts": {f"{r.task_id}/{r.mode}": [c for c, _ in r.transcript] for r in runs}})
+    if args.json:
+        emit_json(summary)
+        return 0
+    print(f"agent: mini-swe-agent, model {model} (T={args.temperature}, seed {args.seed})")
+    print_table([{"mode": m, **{k: v for k, v in row.items() if not isinstance(v, dict)}}
+                 for m, row in summary["modes"].items()],
+                ["mode", "tasks", "steps_total", "tool_errors_total", "tokens_total", "seconds_total", "warned",
+                 "crashes", "blocked", "blocks_visible"])
+    print(f"exit status: { {m: row.get('exit_status') for m, row in summary['modes'].items()} }")
+    print(f"after a block the next command passed the gate: {summary['next_command_passed_after_block']}; "
+          f"submitted: {summary['submitted']} of {2 * args.n} runs")
     return 0
 
 

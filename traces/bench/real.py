@@ -30,13 +30,14 @@ from guardrail.core.cliutil import Command, emit_json, print_table
 from guardrail.core.corpus import read_corpus
 from guardrail.core.events import HEALTHY, Episode
 
-__all__ = ["BENCH", "consistency_on_samples", "corpus_summary", "monitor_figures", "verifier_figures"]
+__all__ = ["BENCH", "consistency_on_samples", "corpus_summary", "fitted_verifier_figures", "monitor_figures",
+           "transfer_verifier_figures", "verifier_figures"]
 
 CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 REAL = {"langgraph": CORPORA / "real_smollm2_langgraph", "autogen": CORPORA / "real_smollm2_autogen"}
 SCRIPTED = {"langgraph": CORPORA / "testbed_langgraph", "autogen": CORPORA / "testbed_autogen"}
 MIN_STEPS_REAL = 2
-WHAT = ("corpus", "monitor", "verifiers", "consistency", "live")
+WHAT = ("corpus", "monitor", "verifiers", "verifiers_fitted", "consistency", "live")
 EPOCH = "booking-seed-v1"  # the booking database is rebuilt from one shipped seed file: it never moves
 
 
@@ -85,7 +86,7 @@ def monitor_figures(episodes: list[Episode], *, seed: int = 0, min_steps: int = 
     """Default monitor, uncertainty channel alone, and no uncertainty channel: mean over `repeats` seeded splits."""
     import numpy as np
 
-    from monitors.features import CHANNELS, Telemetry
+    from monitors.features import CHANNELS
     from monitors.monitor import StepMonitor
     from traces.bench.monitor import evaluate_monitor
 
@@ -96,8 +97,7 @@ def monitor_figures(episodes: list[Episode], *, seed: int = 0, min_steps: int = 
         runs = []
         for r in range(repeats):
             split = _split(episodes, seed + r, min_steps)
-            monitor = StepMonitor.preset("default") if channels is None else \
-                StepMonitor.preset("default", telemetry=Telemetry(channels=channels))
+            monitor = StepMonitor.preset("default") if channels is None else _restricted(channels)
             runs.append(evaluate_monitor(monitor, split))
         keys = ("auroc", "detection_rate", "healthy_fa_rate")
         out[name] = {k: (round(float(np.mean([r[k] for r in runs if r[k] is not None])), 3)
@@ -108,6 +108,16 @@ def monitor_figures(episodes: list[Episode], *, seed: int = 0, min_steps: int = 
         out[name]["channels"] = runs[0]["channels"]
         out[name]["n_train"], out[name]["n_test"] = runs[0]["n_train"], runs[0]["n_test"]
     return out
+
+
+def _restricted(channels: tuple[str, ...]) -> Any:
+    """The default monitor on a subset of the telemetry: a component reading a channel left out is left out too."""
+    from monitors.features import Telemetry
+    from monitors.monitor import DEFAULT_CONFIG, StepMonitor
+
+    # novelty_cusum reads only the grounding channel 'g' (result-shape and word novelty).
+    components = [c for c in DEFAULT_CONFIG["components"] if c != "novelty_cusum" or "g" in channels]
+    return StepMonitor.preset("default", components=components, telemetry=Telemetry(channels=channels))
 
 
 # --------------------------------------------------------------------------- verifiers
@@ -123,6 +133,50 @@ def verifier_figures(episodes: list[Episode]) -> dict[str, Any]:
             continue
         flags = verify_episode(episode, VerifierSpec.model_validate(raw)).flags
         flagged.setdefault(episode.label, []).append(any(flags.values()))
+    return {label: f"{sum(hits)}/{len(hits)}" for label, hits in sorted(flagged.items())}
+
+
+def fitted_verifier_figures(name: str, episodes: list[Episode], *, seed: int = 0) -> dict[str, Any]:
+    """Verifiers with a spec fitted on the real healthy runs (`guardrail fit-spec`), beside each task's own spec.
+
+    The protocol of `guardrail bench verify`'s fitted tables: the fit sees a seeded 60% of the healthy
+    runs only; both specs verify the held-out 40% and every failure; a 5-fold cross-fit says how many
+    healthy runs a spec fitted without them flags.
+    """
+    from traces.bench.verify_fit import corpus_rows, testbed_hand
+    from verifiers import verify_episode
+
+    result = corpus_rows(name, episodes, testbed_hand, seed)
+    flagged: dict[str, dict[str, str]] = {}
+    checks: dict[str, dict[str, str]] = {}
+    for row in result["rows"]:
+        spec = "fitted" if row["spec"] == "fitted" else "task_spec"
+        flagged.setdefault(row["label"], {})[spec] = row["any"]
+        if row["label"] == HEALTHY:
+            checks[spec] = {k: v for k, v in row.items() if k not in ("corpus", "label", "n", "spec", "any")
+                            and not v.startswith("0/")}
+    # A family is fitted only where the model got some run right: per task kind, what the fitted spec caught.
+    by_kind: dict[str, dict[str, list[int]]] = {}
+    for episode in result["evaluated"]:
+        kind = str(episode.meta.get("task_kind"))
+        hits = by_kind.setdefault(episode.label, {}).setdefault(kind, [0, 0])
+        hits[0] += any(verify_episode(episode, result["spec"]).flags.values())
+        hits[1] += 1
+    summary = {k: v for k, v in result["summary"].items() if k != "corpus"}
+    return {**summary, "flagged": flagged, "healthy_flagged_by_check": checks,
+            "fitted_flagged_by_task_kind": {label: {k: f"{a}/{b}" for k, (a, b) in sorted(kinds.items())}
+                                            for label, kinds in sorted(by_kind.items())}}
+
+
+def transfer_verifier_figures(fit_on: list[Episode], verify: list[Episode]) -> dict[str, str]:
+    """Fit on every healthy run of one corpus, verify every run of another: the share of each label flagged."""
+    from verifiers import verify_episode
+    from verifiers.fit import fit_spec
+
+    spec = fit_spec(e for e in fit_on if e.is_healthy)
+    flagged: dict[str, list[bool]] = {}
+    for episode in verify:
+        flagged.setdefault(episode.label, []).append(any(verify_episode(episode, spec).flags.values()))
     return {label: f"{sum(hits)}/{len(hits)}" for label, hits in sorted(flagged.items())}
 
 
@@ -248,7 +302,8 @@ def _run(args: argparse.Namespace) -> int:
             emit_json(record)
 
     sha: str | None = None
-    for framework in frameworks if wanted & {"corpus", "monitor", "verifiers"} else []:
+    loaded: dict[str, list[Episode]] = {}
+    for framework in frameworks if wanted & {"corpus", "monitor", "verifiers", "verifiers_fitted"} else []:
         if not (REAL[framework] / "manifest.json").is_file():
             emit(_record("corpus", framework, 0, None, error=f"{REAL[framework]} is missing: collect it first "
                          f"(traces/corpora/README.md)"))
@@ -269,6 +324,15 @@ def _run(args: argparse.Namespace) -> int:
         if "verifiers" in wanted:
             emit(_record("verifiers", framework, len(episodes), sha, flagged=verifier_figures(episodes),
                          scripted_twin=verifier_figures(scripted) if scripted else None))
+        if "verifiers_fitted" in wanted:
+            emit(_record("verifiers_fitted", framework, len(episodes), sha,
+                         **fitted_verifier_figures(REAL[framework].name, episodes, seed=args.seed)))
+        loaded[framework] = episodes
+    if "verifiers_fitted" in wanted and len(loaded) == 2:  # fitted on one framework's runs, verifying the other's
+        for source, target in (("langgraph", "autogen"), ("autogen", "langgraph")):
+            emit(_record("verifiers_fitted_transfer", f"{source} -> {target}", len(loaded[target]), sha,
+                         fit_on=f"every healthy run of {REAL[source].name}",
+                         flagged=transfer_verifier_figures(loaded[source], loaded[target])))
     plans = args.plans if "consistency" in wanted else 0
     live = args.live if "live" in wanted else 0
     if plans or live:

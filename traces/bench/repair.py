@@ -183,13 +183,15 @@ def task_spec(task: Any) -> Any:
     return VerifierSpec.model_validate(verifier_spec(task.prompt))
 
 
-def _reseed(episode: _Episode, repeat: int) -> None:
-    # Repeat r re-draws the scripted policy with seed + r (a real model at temperature > 0 samples anew instead);
-    # repeat 0 replays the original draw exactly.
+def _reseed(episode: _Episode, repeat: int | None) -> None:
+    # Repeat r re-draws the scripted policy with seed + r; repeat 0 replays the original draw exactly.
+    # A seeded real client samples repeat r with seed + 1 + r: with the original's seed, a fork's first call
+    # (the same messages under resample) would replay the original's tokens, as no unseeded provider does.
+    # None restores the original seed.
     if hasattr(episode.model, "policy"):
-        episode.model.policy = dataclasses.replace(episode.policy, seed=episode.policy.seed + repeat)
-    elif getattr(episode.model, "seed", None) is not None:  # a seeded real client: repeat r samples with seed + r
-        episode.model.seed = episode.policy.seed + repeat
+        episode.model.policy = dataclasses.replace(episode.policy, seed=episode.policy.seed + (repeat or 0))
+    elif getattr(episode.model, "seed", None) is not None:
+        episode.model.seed = episode.policy.seed + (0 if repeat is None else 1 + repeat)
 
 
 def _repair_once(episode: _Episode, rung: Rung, guard: Guard) -> tuple[bool, int]:
@@ -213,7 +215,7 @@ def run_bench(args: argparse.Namespace) -> tuple[list[RungRow], dict[str, Any]]:
     from traces.tools import BookingDB
     from verifiers import VerifierLayer
 
-    rungs: list[Rung] = ["resample", *[r for r in args.rungs if r != "resample"]]
+    rungs: list[Rung] = ["resample", *[r for r in args.rungs or RUNGS if r != "resample"]]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="guardrail-repair-bench-"))
     checkpointer = sqlite_checkpointer(workdir / "repair_bench.db")
     db = BookingDB()
@@ -227,7 +229,7 @@ def run_bench(args: argparse.Namespace) -> tuple[list[RungRow], dict[str, Any]]:
         guard = Guard([VerifierLayer(task_spec(episode.task))], mode="intervene")
         after, calls = _repair_once(episode, rung, guard)
         outcomes[rung].append((episode.correct, after, calls))
-        _reseed(episode, 0)
+        _reseed(episode, None)
     untouched = sum(_fingerprint(e.graph, e.head_config) == e.fingerprint for e in selected)
     total = len(episodes)
     correct_before = sum(e.correct for e in episodes)
@@ -276,8 +278,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="corpus seed (tasks and policy seeds derive from it)")
     parser.add_argument("--slip-rate", type=float, default=0.6,
                         help="per-episode slip probability of the scripted policy (default 0.6)")
-    parser.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS),
-                        help="rungs to test against the resample control (default: all)")
+    parser.add_argument("--rungs", nargs="+", default=None, choices=list(RUNGS),
+                        help="rungs to test against the resample control (default: all; with --inline: adaptive, "
+                             "and with --inline --model local:NAME: resample and adaptive)")
     parser.add_argument("--workdir", help="where the SQLite checkpointer goes (default: a new temp dir)")
     parser.add_argument("--endpoint", help="an OpenAI-compatible base URL: run a real model instead of the script")
     parser.add_argument("--model", default="gpt-4o-mini",
@@ -290,18 +293,38 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_inline(args: argparse.Namespace) -> int:
-    from traces.bench.repair_inline import run_inline
+    from traces.bench.repair_inline import CONFIGURATIONS, REAL_CONFIGURATIONS, run_inline
 
-    rows = run_inline(episodes=args.episodes, seed=args.seed, slip_rate=args.slip_rate)
-    note = ("inline repair (GuardMiddleware(repair=True), arun_autogen_team) on the scripted testbed policy: "
-            "recovered/broken are mechanism checks of the plumbing, not model behaviour (no p-values)")
+    chosen = tuple(tuple(c.split("/", 1)) for c in args.configuration) if args.configuration else None
+    columns = ["framework", "checkpointer", "rung", "n", "recovered", "broken", "original_intact",
+               "extra_model_calls"]
+    if not args.model.startswith("local:") and not args.endpoint:
+        rows = run_inline(episodes=args.episodes, seed=args.seed, slip_rate=args.slip_rate,
+                          configurations=chosen or CONFIGURATIONS, rungs=tuple(args.rungs or ["adaptive"]))
+        note = ("inline repair (GuardMiddleware(repair=True), arun_autogen_team) on the scripted testbed policy: "
+                "recovered/broken are mechanism checks of the plumbing, not model behaviour (no p-values)")
+    else:
+        from traces.model_server import running_server
+        from traces.models import EndpointSpec
+
+        model = args.model if ":" in args.model else f"openai:{args.model}"
+        with running_server(args.endpoint) as (base_url, info):
+            spec = EndpointSpec(model, base_url, temperature=args.temperature, server=info)
+            rows = run_inline(episodes=args.episodes, seed=args.seed, configurations=chosen or REAL_CONFIGURATIONS,
+                              rungs=tuple(args.rungs or ["resample", "adaptive"]), spec=spec)
+        for row in rows:
+            row.update(model=model, model_sha256=info.get("model_sha256"), temperature=args.temperature,
+                       seed=args.seed)
+        columns += ["episodes", "right_after", "pairs", "p_vs_resample"]
+        note = (f"inline repair on a real model ({model}, T={args.temperature}, seed {args.seed}): {args.episodes} "
+                "episodes per configuration and rung; p_vs_resample is the exact McNemar test on the episodes "
+                "flagged under both rungs")
     if args.json:
         for row in rows:
             emit_json(row)
         sys.stderr.write(note + "\n")
         return 0
-    print_table(rows, ("framework", "checkpointer", "n", "recovered", "broken", "original_intact",
-                       "extra_model_calls"))
+    print_table(rows, columns)
     sys.stdout.write("\n" + note + "\n")
     return 0
 

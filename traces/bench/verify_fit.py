@@ -27,7 +27,7 @@ from verifiers.fit import fit_spec
 from verifiers.offline import verify_episode
 from verifiers.spec import CHECKS, VerifierSpec, load_spec
 
-__all__ = ["TESTBED", "fit_timing", "fitted_rows", "transfer_rows"]
+__all__ = ["TESTBED", "corpus_rows", "fit_timing", "fitted_rows", "testbed_hand", "transfer_rows"]
 
 TESTBED = Path(__file__).resolve().parents[1] / "corpora"
 ORGANIC_LABELS = {
@@ -51,7 +51,8 @@ def _labelled(sentinel: Path, name: str) -> list[Episode]:
     return [e.model_copy(update={"label": labels[e.episode_id]}) for e in episodes if e.episode_id in labels]
 
 
-def _testbed_hand(episode: Episode) -> VerifierSpec:
+def testbed_hand(episode: Episode) -> VerifierSpec:
+    """The testbed's hand-written spec for the episode's task (built from its prompt), generic when it has none."""
     from traces.specs import verifier_spec
 
     raw = verifier_spec(episode.task or "")
@@ -100,7 +101,11 @@ def _k_fold_healthy(healthy: Sequence[Episode], seed: int) -> tuple[int, int]:
     return flagged, len(healthy)
 
 
-def _corpus_rows(corpus: str, episodes: list[Episode], hand: HandSpec, seed: int) -> dict[str, Any]:
+def corpus_rows(corpus: str, episodes: list[Episode], hand: HandSpec, seed: int) -> dict[str, Any]:
+    """Fit on a seeded 60% of the healthy runs; fitted vs `hand` on the held-out 40% and every failure, per label.
+
+    Also returns the fitted spec (``spec``) and the episodes it was evaluated on (``evaluated``).
+    """
     healthy = [e for e in episodes if e.is_healthy]
     train, test_healthy = _split(healthy, seed)
     fitted = fit_spec(train)
@@ -118,6 +123,7 @@ def _corpus_rows(corpus: str, episodes: list[Episode], hand: HandSpec, seed: int
                     "failures": len(evaluated) - len(test_healthy), "families_fitted": len(variants),
                     "families_with_totals": sum(v.runs("total_consistency") for v in variants),
                     "k_fold_healthy_flagged": f"{flagged}/{total}"},
+        "spec": fitted, "evaluated": evaluated,
     }
 
 
@@ -134,9 +140,9 @@ def fitted_rows(sentinel: Path | None, testbed: Path | None, seed: int = 0) -> d
     if testbed is not None:
         for path in sorted(testbed.glob("testbed_*")):
             if (path / "manifest.json").is_file():
-                sources.append((path.name, read_corpus(path).episodes, _testbed_hand))
+                sources.append((path.name, read_corpus(path).episodes, testbed_hand))
     for name, episodes, hand in sources:
-        result = _corpus_rows(name, episodes, hand, seed)
+        result = corpus_rows(name, episodes, hand, seed)
         rows += result["rows"]
         summary.append(result["summary"])
     return {"rows": rows, "summary": summary}

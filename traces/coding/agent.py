@@ -150,6 +150,7 @@ class CodingRun:
     crashes: int = 0  # the agent loop or a guard call raised (mini-swe-agent runs)
     blocked: int = 0  # commands the guard stopped before they ran (mini-swe-agent runs)
     blocks_visible: int = 0  # of those, blocks whose warning the model read in its next observation
+    exit_status: str = ""  # how a mini-swe-agent run ended (Submitted, LimitsExceeded, ...; real models)
     transcript: list[tuple[str, str]] = field(default_factory=list)
 
 

@@ -15,7 +15,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -117,22 +117,31 @@ class ScriptedCodingModel:
 
 
 def run_mini_task(root: Path, index: ProjectIndex, task: CodingTask, mode: Mode, gate: GateLayer, *,
-                  slip_rate: float, seed: int, timeout_s: int = 60) -> CodingRun:
-    """One coding task through mini-swe-agent's DefaultAgent in `root`, gated in `mode`."""
+                  slip_rate: float, seed: int, timeout_s: int = 60,
+                  model_factory: Callable[[CodingTask, CodingRun], Any] | None = None,
+                  system_template: str = "You inspect code.", step_limit: int = 40) -> CodingRun:
+    """One coding task through mini-swe-agent's DefaultAgent in `root`, gated in `mode`.
+
+    `model_factory` (task, run) -> a mini-swe-agent model replaces the scripted one (e.g. a real model,
+    `traces.coding.real_model`); it counts its own steps and tokens into the run. With it, tool errors
+    are counted from the observations the model read, and false warnings are not judged (nobody knows
+    what a real model meant): ``false_warnings`` stays 0.
+    """
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.environments.local import LocalEnvironment
 
-    from adapters.mini_swe_agent import guard_agent
+    from adapters.mini_swe_agent import BLOCKED_RETURNCODE, guard_agent
 
     run = CodingRun(task.task_id, mode)
-    model = ScriptedCodingModel(task, index, run, slip_rate=slip_rate, seed=seed)
+    model = ScriptedCodingModel(task, index, run, slip_rate=slip_rate, seed=seed) if model_factory is None \
+        else model_factory(task, run)
     bin_dir = os.path.dirname(sys.executable)
     env = LocalEnvironment(cwd=str(root), timeout=timeout_s, env={
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    agent = guard_agent(DefaultAgent(model, env, system_template="You inspect code.", instance_template="{{task}}",
-                                     step_limit=40, cost_limit=0), Guard([gate], mode=mode))
+    agent = guard_agent(DefaultAgent(model, env, system_template=system_template, instance_template="{{task}}",
+                                     step_limit=step_limit, cost_limit=0), Guard([gate], mode=mode))
     started = time.perf_counter()
     try:
         agent.run(task.text)
@@ -140,13 +149,29 @@ def run_mini_task(root: Path, index: ProjectIndex, task: CodingTask, mode: Mode,
         run.crashes += 1
     run.seconds = time.perf_counter() - started
     run.crashes += len(agent.env.crashes)
-    meant = dict(model.proposed)
     run.warned = len(agent.env.flagged)
-    run.false_warnings = sum(1 for command, _ in agent.env.flagged if meant.get(command) == command)
+    if model_factory is None:
+        meant = dict(model.proposed)
+        run.false_warnings = sum(1 for command, _ in agent.env.flagged if meant.get(command) == command)
     run.blocked = len(agent.env.blocked)
     # a block is visible when the observation the model read next carries the guard's own warning and hint
-    observations = [m for m in agent.messages if m.get("role") == "user" and "returncode" in (m.get("extra") or {})]
+    observations = [m for m in agent.messages if m.get("role") in ("user", "tool")
+                    and "returncode" in (m.get("extra") or {})]
     run.blocks_visible = sum(1 for command, decision in agent.env.blocked
                              if any(decision.message()[:300] in str(m.get("content")) for m in observations))
-    run.transcript = [(str(m.get("content"))[-300:], "") for m in agent.messages if m.get("role") == "assistant"]
+    if model_factory is None:
+        run.transcript = [(str(m.get("content"))[-300:], "") for m in agent.messages if m.get("role") == "assistant"]
+        return run
+    codes = [(m.get("extra") or {}).get("returncode") for m in observations]
+    run.tool_errors = sum(1 for code in codes if isinstance(code, int) and code not in (0, BLOCKED_RETURNCODE))
+    stopped = [_BLOCK_MARK in str(m.get("content")) for m in observations]
+    # What the model did after reading a block: its next command passed the gate (it ran).
+    run.repaired = sum(1 for i, was in enumerate(stopped[:-1]) if was and not stopped[i + 1])
+    last = agent.messages[-1] if agent.messages else {}
+    run.exit_status = str((last.get("extra") or {}).get("exit_status") or "")
+    # A tool-calling model's command is in its actions, not its text; the output is what it read back.
+    commands = [" && ".join(a["command"] for a in (m.get("extra") or {}).get("actions", []))
+                for m in agent.messages if m.get("role") == "assistant"]
+    run.transcript = list(zip(commands, [str(m.get("content"))[:300] for m in observations] + [""] * len(commands),
+                              strict=False))
     return run
