@@ -373,3 +373,28 @@ def test_bench_real_fitted_spec_flags_no_held_out_healthy_run_and_covers_only_fi
     by_kind = figures["fitted_flagged_by_task_kind"]["incomplete"]
     assert by_kind["nights"].startswith("0/") and by_kind["two_legs"].startswith("0/")
     assert not by_kind["fare"].startswith("0/")
+
+
+def test_bench_real_reports_a_repair_sample_per_framework_and_rung(capsys):
+    """`guardrail bench real --what repair`: one record per framework and rung, in the bench's own record shape, with
+    the invariants that hold for any model (original intact, nothing broken). A scripted OpenAI-compatible server
+    stands in for the model here; `guardrail bench real` itself runs SmolLM2."""
+    import argparse
+
+    from traces.bench.real import BENCH
+    from traces.openai_server import PolicyResponder, ScriptedLLMServer
+    from traces.policy import Policy
+
+    parser = argparse.ArgumentParser()
+    BENCH.add_arguments(parser)
+    with ScriptedLLMServer(PolicyResponder(Policy(seed=1, hallucinate_rate=1.0, hint_response="relevant"))) as server:
+        args = parser.parse_args(["--what", "repair", "--repair-episodes", "1", "--framework", "langgraph",
+                                  "--endpoint", server.openai_url, "--json"])
+        assert BENCH.run(args) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(r["what"], r["framework"], r["rung"]) for r in records] == [
+        ("repair", "langgraph", "resample"), ("repair", "langgraph", "adaptive")]
+    for record in records:
+        assert record["n"] == 1 and record["original_intact"] == 1 and record["broken"] == 0
+        assert record["temperature"] == 0.7 and "model_sha256" in record
+    assert records[1]["recovered"] == 1 and records[1]["p_vs_resample"] == 1.0  # the scripted policy follows the hint

@@ -30,7 +30,7 @@ from traces.coding.project import DEFAULT_PROJECT, fetch_sdist
 if TYPE_CHECKING:
     from traces.models import EndpointSpec
 
-__all__ = ["BENCH", "compare_modes", "summarize"]
+__all__ = ["BENCH", "compare_modes", "real_model_comparison", "summarize"]
 
 MODES = ("report", "intervene")
 
@@ -164,28 +164,20 @@ def _tree_digest(root: Path) -> dict[str, str]:
             and not caches & set(p.relative_to(root).parts)}
 
 
-def _run_real(args: argparse.Namespace, root: Path) -> int:
-    """mini-swe-agent driven by a real model: report vs intervene on the same tasks and seeds.
-
-    A real model's commands may write: they run in a scratch copy of the project, never in the
-    shared cache, and the files they changed are counted.
-    """
+def real_model_comparison(root: Path, spec: EndpointSpec, *, n: int, seed: int, slip_rate: float = 0.3,
+                          show_progress: bool = False) -> dict[str, Any]:
+    """mini-swe-agent driven by a real model (`spec`, an `EndpointSpec`): report vs intervene on the same tasks
+    and seeds, in a scratch copy of `root` (a real model's commands may write: never in the shared cache; the
+    files they changed are counted)."""
     import shutil
     import tempfile
 
-    from traces.model_server import running_server
-    from traces.models import EndpointSpec
-
-    model = args.model if ":" in args.model else f"openai:{args.model}"
     with tempfile.TemporaryDirectory(prefix="guardrail-coding-real-") as scratch:
         work = Path(scratch) / root.name
         shutil.copytree(root, work, symlinks=True)
         before = _tree_digest(work)
-        agent = CodingAgent(work, slip_rate=args.slip_rate, seed=args.seed)
-        with running_server(args.endpoint) as (base_url, info):
-            spec = EndpointSpec(model, base_url, temperature=args.temperature, server=info)
-            runs = compare_modes(agent, args.n, args.seed, show_progress=not args.quiet, runner="mini-swe-agent",
-                                 spec=spec)
+        agent = CodingAgent(work, slip_rate=slip_rate, seed=seed)
+        runs = compare_modes(agent, n, seed, show_progress=show_progress, runner="mini-swe-agent", spec=spec)
         after = _tree_digest(work)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     summary = summarize(runs)
@@ -193,10 +185,24 @@ def _run_real(args: argparse.Namespace, root: Path) -> int:
     summary.pop("repaired_share")  # the next command passing the gate is not a repair of what the model meant
     summary["next_command_passed_after_block"] = summary.pop("repaired")
     summary.pop("warned_slips")
-    summary.update({"agent": "mini-swe-agent", "model": model, "model_sha256": info.get("model_sha256"),
-                    "temperature": args.temperature, "project": str(root), "n": args.n, "seed": args.seed,
+    summary.update({"agent": "mini-swe-agent", "model": spec.model, "temperature": spec.temperature,
+                    "project": str(root), "n": n, "seed": seed,
                     "submitted": sum(r.exit_status == "Submitted" for r in runs),
                     "transcripts": {f"{r.task_id}/{r.mode}": [c for c, _ in r.transcript] for r in runs}})
+    return summary
+
+
+def _run_real(args: argparse.Namespace, root: Path) -> int:
+    """mini-swe-agent driven by a real model: report vs intervene on the same tasks and seeds."""
+    from traces.model_server import running_server
+    from traces.models import EndpointSpec
+
+    model = args.model if ":" in args.model else f"openai:{args.model}"
+    with running_server(args.endpoint) as (base_url, info):
+        spec = EndpointSpec(model, base_url, temperature=args.temperature, server=info)
+        summary = real_model_comparison(root, spec, n=args.n, seed=args.seed, slip_rate=args.slip_rate,
+                                        show_progress=not args.quiet)
+    summary["model_sha256"] = info.get("model_sha256")
     if args.json:
         emit_json(summary)
         return 0

