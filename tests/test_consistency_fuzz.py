@@ -65,7 +65,12 @@ def test_every_verdict_obeys_the_decision_boundary(samples):
     called = {s.tool for s in samples if s.tool}
     verified = bool(called) and all(reg.status(t) is DeterminismStatus.VERIFIED for t in called)
     rejectable = verdict.arg_agreement < 0.20 and len(samples) >= 5 and verified
-    assert (verdict.decision is PlanDecision.REJECT) == rejectable
+    assert (verdict.record_decision is PlanDecision.REJECT) == rejectable  # the record's rule, kept beside the layer's
+    # With no context the layer can only narrow the record's rejections, and says why it lets one through.
+    if verdict.decision is PlanDecision.REJECT:
+        assert rejectable
+    elif rejectable:
+        assert verdict.reason in ("free_text_varies", "grounded_choice"), verdict.reason
     if verdict.decision is PlanDecision.DEFER:
         assert verdict.arg_agreement >= 0.80
         assert verdict.result_agreement is not None and verdict.result_agreement < 0.50
