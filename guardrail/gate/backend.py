@@ -28,7 +28,7 @@ from guardrail.gate.fsview import PathState
 if TYPE_CHECKING:
     from guardrail.gate.interpreter import TargetPython
 
-__all__ = ["LocalBackend", "ProbeBackend", "ProbeUnavailable", "Roots", "under"]
+__all__ = ["LocalBackend", "ProbeBackend", "ProbeUnavailable", "Roots", "prepare_path", "under"]
 
 _PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")  # files there report odd sizes or block: never read
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -269,6 +269,20 @@ def _kind(mode: int) -> str:
     return "other"
 
 
+def prepare_path(path: str, within: Roots | None) -> str | PathState:
+    """The normalized path, or the answer every backend gives without touching a filesystem (a NUL byte, a path
+    that cannot be normalized, one lexically outside `within`)."""
+    if "\x00" in path:
+        return PathState("missing", error="invalid path: embedded NUL byte")
+    try:
+        path = _normalize(path)
+    except (ValueError, TypeError) as exc:
+        return PathState("missing", error=f"invalid path: {exc}")
+    if within is not None and not within.holds_lexically(path):
+        return PathState("outside")
+    return path
+
+
 class LocalBackend:
     """The filesystem of this machine. Never writes, never opens a file for reading unless it is a regular
     file under the roots (devices and FIFOs are stat'ed through an O_PATH handle, never opened)."""
@@ -281,14 +295,10 @@ class LocalBackend:
         return [self.stat(path, within) for path in paths]
 
     def stat(self, path: str, within: Roots | None) -> PathState:
-        if "\x00" in path:
-            return PathState("missing", error="invalid path: embedded NUL byte")
-        try:
-            path = _normalize(path)
-        except (ValueError, TypeError) as exc:
-            return PathState("missing", error=f"invalid path: {exc}")
-        if within is not None and not within.holds_lexically(path):
-            return PathState("outside")
+        prepared = prepare_path(path, within)
+        if isinstance(prepared, PathState):
+            return prepared
+        path = prepared
         if within is None or within.trusts(path):
             return self._plain_stat(path)
         try:

@@ -31,13 +31,22 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from guardrail.gate import budget
-from guardrail.gate.backend import DECISION_MEMO, ProbeUnavailable, Roots, _normalize, taint, taints, under
+from guardrail.gate.backend import (
+    DECISION_MEMO,
+    ProbeUnavailable,
+    Roots,
+    _normalize,
+    prepare_path,
+    taint,
+    taints,
+    under,
+)
 from guardrail.gate.budget import BudgetExceeded
 from guardrail.gate.fsview import PathState
 from guardrail.gate.view import MAX_LISTING
@@ -432,21 +441,13 @@ class RemoteBackend:
             self._content_bytes -= len(dropped.data)
 
     # ------------------------------------------------------------------ the ProbeBackend questions
-    @staticmethod
-    def _prepared(path: str, within: Roots | None) -> str | PathState:
-        """The normalized path, or the answer LocalBackend gives without touching the filesystem."""
-        if "\x00" in path:
-            return PathState("missing", error="invalid path: embedded NUL byte")
-        try:
-            path = _normalize(path)
-        except (ValueError, TypeError) as exc:
-            return PathState("missing", error=f"invalid path: {exc}")
-        if within is not None and not within.holds_lexically(path):
-            return PathState("outside")
-        return path
+    _prepared = staticmethod(prepare_path)
 
-    def stat_many(self, paths: Sequence[str], within: Roots | None) -> list[PathState]:
-        decision = self._decision()
+    def _unanswered(self, paths: Sequence[str], within: Roots | None, decision: _Decision | None,
+                    operation: Callable[[str], tuple[Any, ...]]
+                    ) -> tuple[list[PathState | None], list[tuple[Any, ...]], list[int]]:
+        """What can be said of `paths` without a round-trip (answered in place), and the operations, one per path
+        left, with the positions they answer."""
         results: list[PathState | None] = [None] * len(paths)
         operations: list[tuple[Any, ...]] = []
         where: list[int] = []
@@ -460,8 +461,14 @@ class RemoteBackend:
             if known is not None:
                 results[position] = known
                 continue
-            operations.append(self._stat_operation(prepared, within))
+            operations.append(operation(prepared))
             where.append(position)
+        return results, operations, where
+
+    def stat_many(self, paths: Sequence[str], within: Roots | None) -> list[PathState]:
+        decision = self._decision()
+        results, operations, where = self._unanswered(paths, within, decision,
+                                                      lambda path: self._stat_operation(path, within))
         if operations:
             answers = self._ask(operations, decision)
             for index, (position, operation) in enumerate(zip(where, operations, strict=True)):
@@ -497,21 +504,8 @@ class RemoteBackend:
         decision = self._decision()
         if decision is None:
             return self.stat_many(paths, within)
-        results: list[PathState | None] = [None] * len(paths)
-        operations: list[tuple[Any, ...]] = []
-        where: list[int] = []
-        for position, raw in enumerate(paths):
-            prepared = self._prepared(raw, within)
-            if isinstance(prepared, PathState):
-                results[position] = prepared
-                continue
-            self._watched(prepared, within, decision)
-            known = decision.stats.get((prepared, within))
-            if known is not None:
-                results[position] = known
-                continue
-            operations.append(("sx", prepared, within, MAX_LISTING, _HINT_LISTING))
-            where.append(position)
+        results, operations, where = self._unanswered(
+            paths, within, decision, lambda path: ("sx", path, within, MAX_LISTING, _HINT_LISTING))
         for raw in commands:
             prepared = self._prepared(raw, None)
             if isinstance(prepared, str) and (prepared, None) not in decision.stats:
