@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from guardrail.gate import budget
+from guardrail.gate import budget, remote_probe
 from guardrail.gate.budget import BudgetExceeded
 from guardrail.gate.fsview import PathState
 
@@ -453,22 +453,8 @@ class LocalBackend:
 
     @staticmethod
     def _read_fd(fd: int, limit: int) -> bytes | None:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            chunks: list[bytes] = []
-            size = 0
-            while size <= limit:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            return b"".join(chunks)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        """Up to `limit` + 1 bytes of an open regular file (None for anything else); closes `fd`."""
+        return remote_probe._read_fd(fd, limit)  # the sandbox's probe reads the same way: one copy
 
     # ------------------------------------------------------------------ commands and interpreters
     def which(self, program: str, directories: Sequence[str], within: Roots | None) -> str | None:
@@ -488,33 +474,7 @@ class LocalBackend:
 
     def walk(self, root: str, within: Roots | None, limit: int, skip: frozenset[str]) -> list[str]:
         root = _normalize(root)
-        if within is not None and not (within.holds_lexically(root) and within.holds_really(os.path.realpath(root))):
-            return []
-        found: list[str] = []
-        stack = [(root, 0)]
-        seen = 0
         deadline = budget.current()
         # Half of what is left of the decision at most: the hint built from the walk needs the rest.
-        stop_at = time.perf_counter() + deadline.remaining() / 2 if deadline is not None else float("inf")
-        cut = len(root) + (0 if root.endswith(os.sep) else 1)
-        while stack and len(found) < limit:
-            directory, depth = stack.pop()
-            try:
-                with os.scandir(directory) as entries:
-                    for entry in entries:
-                        seen += 1
-                        if not seen & 511 and time.perf_counter() > stop_at:
-                            return found
-                        try:
-                            if entry.is_dir(follow_symlinks=False):
-                                if depth < 12 and entry.name not in skip and not entry.name.startswith("."):
-                                    stack.append((entry.path, depth + 1))
-                            elif entry.is_file(follow_symlinks=False):
-                                found.append(entry.path[cut:])
-                                if len(found) >= limit:
-                                    break
-                        except OSError:
-                            continue
-            except OSError:
-                continue
-        return found
+        stop_at = time.monotonic() + deadline.remaining() / 2 if deadline is not None else float("inf")
+        return remote_probe.op_walk(root, within, limit, skip, stop_at)  # the sandbox's probe walks the same way
