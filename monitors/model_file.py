@@ -134,6 +134,9 @@ INFLATION = 16
 INFLATION_FLOOR = 4 * 1024 * 1024
 MAX_E_DIM = 4096  # hash buckets; `guardrail fit` uses 32
 _NUMERIC_KINDS = "biuf"  # bool, signed, unsigned, float: what a monitor's state is made of
+# What zipfile and zlib raise on a damaged or crafted archive (bad CRC, truncated stream, an unknown
+# compression method, a lying header): each becomes one ModelFileError.
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError)
 _EOCD = b"PK\x05\x06"
 
 
@@ -160,7 +163,7 @@ class _Archive:
         try:
             self._zip = zipfile.ZipFile(io.BytesIO(data))
             infos = self._zip.infolist()
-        except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError) as exc:
+        except _ZIP_ERRORS as exc:
             raise ModelFileError(f"{path}: not a guardrail monitor file (.npz): {_one_line(exc)}") from exc
         budget = max(INFLATION * len(data), INFLATION_FLOOR)
         claimed = sum(info.file_size for info in infos)
@@ -185,8 +188,7 @@ class _Archive:
         try:
             with self._zip.open(info) as handle:
                 data = handle.read(info.file_size + 1)
-        except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError,
-                RuntimeError) as exc:
+        except (*_ZIP_ERRORS, RuntimeError) as exc:  # RuntimeError: an encrypted member
             raise ModelFileError(f"{self.path}: member {name!r} is damaged ({_one_line(exc)})") from exc
         if len(data) != info.file_size:
             raise ModelFileError(f"{self.path}: member {name!r} holds {len(data)} bytes, the archive says "

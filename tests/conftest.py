@@ -69,17 +69,24 @@ def postgres_dsn() -> Iterator[str]:
 def local_model():
     """(base URL, /health answer) of `guardrail model serve` on a free loopback port, once per session.
 
-    Skips, naming the install command, where llama-cpp-python or the model wheel is not installed.
+    Skips, naming the install command, only where llama-cpp-python or the model wheel is not installed; an
+    installed model whose server does not come up is a failure.
     """
-    from traces.model_server import INSTALL_HINT, LocalModelServer, ModelUnavailable
+    from traces.model_server import LocalModelServer, ModelNotInstalled, ModelUnavailable, shipped_model_path
 
     try:
         import llama_cpp  # noqa: F401
+
+        shipped_model_path()
     except ImportError:
+        from traces.model_server import INSTALL_HINT
+
         pytest.skip(f"llama-cpp-python is not installed: {INSTALL_HINT}")
+    except ModelNotInstalled as exc:
+        pytest.skip(str(exc))
     try:
         server = LocalModelServer().start()
     except ModelUnavailable as exc:
-        pytest.skip(str(exc))
+        pytest.fail(f"the model is installed but its server did not start: {exc}")
     yield server.base_url, server.info
     server.stop()

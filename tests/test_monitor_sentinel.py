@@ -231,8 +231,11 @@ def test_bench_runs_the_release_monitors_on_the_same_split(sentinel_dir: Path, l
                                                            tmp_path: Path) -> None:
     from traces.bench.release import find_release, load_release
 
-    if isinstance(load_release(find_release(None, [str(sentinel_dir / "langgraph7b")])), str):
-        pytest.skip("the release's code is not at ../shared/anchors/sentinel (or cannot be imported here)")
+    root = find_release(None, [str(sentinel_dir / "langgraph7b")])
+    if root is None:
+        pytest.skip("the release's code is not at ../shared/anchors/sentinel (the public release's anchors)")
+    release = load_release(root)
+    assert not isinstance(release, str), release  # present but not importable: a regression, not a skip
     split = published_split(langgraph.episodes, seed=1)
     spec = {"langgraph7b": dict(zip(("train", "val", "test"), split.ids(), strict=True))}
     (tmp_path / "split.json").write_text(json.dumps(spec))

@@ -62,7 +62,11 @@ MAX_TOP_LOGPROBS = 20
 
 
 class ModelUnavailable(RuntimeError):
-    """The model file or llama-cpp-python is not installed; the message says how to get it."""
+    """The model cannot be served (not installed, no file at a given path, a server that did not come up)."""
+
+
+class ModelNotInstalled(ModelUnavailable):
+    """The model wheel or llama-cpp-python is not installed; the message says how to get them."""
 
 
 # --------------------------------------------------------------------------- the model file
@@ -71,13 +75,13 @@ def shipped_model_path() -> Path:
     try:
         dist = metadata.distribution(MODEL_DISTRIBUTION)
     except metadata.PackageNotFoundError as exc:
-        raise ModelUnavailable(f"{MODEL_DISTRIBUTION} is not installed: {INSTALL_HINT}") from exc
+        raise ModelNotInstalled(f"{MODEL_DISTRIBUTION} is not installed: {INSTALL_HINT}") from exc
     for item in dist.files or []:
         if str(item).endswith(".gguf"):
             path = Path(str(dist.locate_file(item)))
             if path.is_file():
                 return path
-    raise ModelUnavailable(f"{MODEL_DISTRIBUTION} is installed but ships no .gguf file: reinstall it ({INSTALL_HINT})")
+    raise ModelNotInstalled(f"{MODEL_DISTRIBUTION} is installed but ships no .gguf file: reinstall it ({INSTALL_HINT})")
 
 
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}
@@ -235,7 +239,7 @@ class LocalModel:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
-            raise ModelUnavailable(f"llama-cpp-python is not installed: {INSTALL_HINT}") from exc
+            raise ModelNotInstalled(f"llama-cpp-python is not installed: {INSTALL_HINT}") from exc
         self.path = Path(self.path)
         if not self.path.is_file():
             raise ModelUnavailable(f"no model file at {self.path}")
