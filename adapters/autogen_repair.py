@@ -106,6 +106,12 @@ class AutoGenRun:
         return self.initial_state if step == 0 else self.states[step - 1]
 
 
+def _opening(task: str, step: int, hint: str | None) -> list[str]:
+    """The user messages a fork at `step` starts with: the task when forking before step 0 (it was not yet sent),
+    then the hint."""
+    return ([task] if step == 0 else []) + ([hint] if hint else [])
+
+
 def _check_one_call_per_run(agent: Any) -> None:
     if getattr(agent, "_max_tool_iterations", 1) != 1 or getattr(agent, "_reflect_on_tool_use", False):
         raise CheckpointError("step checkpoints need AssistantAgent(max_tool_iterations=1, reflect_on_tool_use=False)")
@@ -166,10 +172,7 @@ class AutoGenStepLog:
         forked = AutoGenRun(task=run.task, initial_state=run.initial_state, states=list(run.states[:step]),
                             model_steps=step, model_outputs=list(run.model_outputs[:step]),
                             latencies=list(run.latencies[:step]), tool_latencies=dict(run.tool_latencies))
-        first: list[str] = [run.task] if step == 0 else []  # before step 0 the task itself was not yet sent
-        if hint:
-            first.append(hint)
-        await self._drive(forked, first, on_step=on_step)
+        await self._drive(forked, _opening(run.task, step, hint), on_step=on_step)
         return forked
 
     async def _drive(self, record: AutoGenRun, first: list[str], *, on_step: Any) -> None:
@@ -314,10 +317,7 @@ class AutoGenTeamStepLog:
         await self.team.load_state(run.state_before(step))
         forked = AutoGenTeamRun(task=run.task, initial_state=run.initial_state, states=list(run.states[:step]),
                                 model_steps=step, latencies=list(run.latencies[:step]))
-        first: list[str] = [run.task] if step == 0 else []
-        if hint:
-            first.append(hint)
-        await self._drive(forked, first, on_step=on_step)
+        await self._drive(forked, _opening(run.task, step, hint), on_step=on_step)
         return forked
 
     async def _drive(self, record: AutoGenRun, first: list[str], *, on_step: Any) -> None:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from guardrail.core.guard import Guard
     from guardrail.core.layer import EpisodeContext
 
-__all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "MALFORMED_CALL", "action_from_call", "asafe_decision", "call_action",
+__all__ = ["SHELL_TOOLS", "PYTHON_TOOLS", "MALFORMED_CALL", "action_from_call", "asafe_decision", "call_action", "notify",
            "guard_failure", "malformed_call", "safe_decision", "with_problem"]
 
 log = logging.getLogger("guardrail.adapters")
@@ -160,6 +160,16 @@ def safe_decision(hook: str, call: Callable[[], Decision]) -> Decision:
     except Exception as exc:  # noqa: BLE001 - fail-open is the contract of every adapter
         log.warning("guardrail %s failed: %s: %s", hook, type(exc).__name__, exc)
         return guard_failure(hook, exc)
+
+
+def notify(callback: Callable[[Decision], Any] | None, decision: Decision) -> None:
+    """Hand `decision` to a user's callback; whatever the callback raises is logged, never passed to the agent."""
+    if callback is None:
+        return
+    try:
+        callback(decision)
+    except Exception as exc:  # noqa: BLE001 - a user callback never breaks the agent
+        log.warning("guardrail: on_decision callback failed: %s: %s", type(exc).__name__, exc)
 
 
 async def asafe_decision(hook: str, call: Callable[[], Any]) -> Decision:

@@ -342,8 +342,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     def _repair_inline(self, decision: Decision, state: Any, episode_id: str) -> dict[str, Any]:
         plan = self._repair_plan(decision, state, episode_id)
         if "error" in plan:
-            _log.warning("guardrail: %s", plan["error"])
-            return {"guardrail_repair": {"outcome": "error", "error": plan["error"]}}
+            return _plan_failed(plan["error"])
         assert self.repairer is not None
         repairer = self.repairer
         parent = otel_context.get_current()
@@ -372,8 +371,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     async def _arepair_inline(self, decision: Decision, state: Any, episode_id: str) -> dict[str, Any]:
         plan = self._repair_plan(decision, state, episode_id)
         if "error" in plan:
-            _log.warning("guardrail: %s", plan["error"])
-            return {"guardrail_repair": {"outcome": "error", "error": plan["error"]}}
+            return _plan_failed(plan["error"])
         assert self.repairer is not None
         repairer = self.repairer
         parent = otel_context.get_current()
@@ -620,6 +618,12 @@ def _tool_names(graph: Any) -> list[str]:
     bound = getattr(node, "bound", None)
     names = getattr(bound, "tools_by_name", None)
     return sorted(names) if isinstance(names, dict) else []
+
+
+def _plan_failed(error: str) -> dict[str, Any]:
+    """The state update when a flagged run cannot be forked (no checkpointer, no thread, no checkpoint)."""
+    _log.warning("guardrail: %s", error)
+    return {"guardrail_repair": {"outcome": "error", "error": error}}
 
 
 def _repair_update(outcome: RepairOutcome, original_head: dict[str, Any], messages: list[Any] | None) -> dict[str, Any]:

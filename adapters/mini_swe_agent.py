@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from adapters.common import safe_decision
+from adapters.common import notify, safe_decision
 from adapters.steps import build_step, content_text, step_from_mini_swe_agent
 from adapters.swerex_backend import gate_in_sandbox, runtime_of
 from guardrail.core.events import Action, Decision, Result, Verdict
@@ -130,11 +130,7 @@ class GuardedEnvironment:
             self.crashes.append(decision.message())
         if decision.verdict is not Verdict.ALLOW or decision.findings:
             self.decisions.append(decision)
-            if self.on_decision is not None:
-                try:
-                    self.on_decision(decision)
-                except Exception:  # noqa: BLE001 - a user callback never breaks the agent
-                    pass
+            notify(self.on_decision, decision)
         return decision
 
     # ----------------------------------------------------------------- commands

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from adapters.common import malformed_call, safe_decision, with_problem
+from adapters.common import malformed_call, notify, safe_decision, with_problem
 from adapters.replay import EditReplayer, WorkspaceCopy
 from adapters.steps import (
     content_text,
@@ -608,11 +608,7 @@ class SweAgentGuardHook:
     def _record(self, decision: Decision) -> Decision:
         if decision.verdict is not Verdict.ALLOW:
             self.decisions.append(decision)
-            if self.on_decision is not None:
-                try:
-                    self.on_decision(decision)
-                except Exception:  # noqa: BLE001 - a user callback never breaks the agent
-                    pass
+            notify(self.on_decision, decision)
         return decision
 
     def _local(self, path: str | None) -> str | None:
