@@ -246,6 +246,7 @@ TAMPERING = {
     "bare integers": lambda answer, _: (0, re.sub(r"\[[^\[\]]*\]", "-1", answer[1]), ""),
     "exit 1": lambda answer, _: (1, "", "Traceback: boom"),
     "huge": lambda answer, _: (0, "GR1 [" + "0," * (9 << 20) + "0]", ""),
+    "deeply nested": lambda answer, _: (0, "GR1 " + "[" * 200_000 + "]" * 200_000, ""),
     "silent": _sleep,
 }
 
