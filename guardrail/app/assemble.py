@@ -10,13 +10,19 @@ What each option turns on (every layer can also be switched off by name with ``d
 =================  ==================================================================  ===============
 layer (name)       turned on by                                                        off
 =================  ==================================================================  ===============
-gate               ``workspace=`` (the repository the agent works in)                  ``"gate"``
+gate               always: every call is held to the schema its tool declares (the    ``"gate"``
+                   agent's own tools, read by the adapters, and ``tools=``);
+                   ``workspace=`` adds the probes of the repository the agent works in
 consistency        ``n=`` (samples per step, >= 2) with ``sandbox=`` (tools for dry   ``"consistency"``
                    runs) and ``tool_schemas=`` (which tools are deterministic)
 monitor            ``model=`` (a fitted StepMonitor or its model file)                 ``"monitor"``
 verifier           ``spec=`` (a verifier spec or its name)                             ``"verifier"``
 repair             ``checkpointer=`` (a LangGraph saver) or ``repair=True``             ``"repair"``
 =================  ==================================================================  ===============
+
+``record=`` (a directory, ``sqlite:///runs.db`` or ``postgresql://...``) records every episode into a
+run store (`guardrail.core.runstore`): label them (``guard.label``, ``guardrail label``), fit on the
+healthy ones (``guardrail fit``, ``guardrail fit-spec`` read a store as they read a corpus).
 
 Repair is not a pipeline layer: it re-runs the agent. The assembled Guard carries its `Repairer`
 (``guard.repairer``) and the adapters built by ``guard.langchain_middleware()`` use it inside the
@@ -56,12 +62,12 @@ class Sampling:
     n: int
 
 
-def _gate(workspace: str | os.PathLike[str], *, python: str | None, tools: Any) -> Layer:
+def _gate(workspace: str | os.PathLike[str] | None, *, python: str | None) -> Layer:
     try:
         from guardrail.gate.layer import GateLayer
     except ImportError as exc:
-        raise LayerUnavailable(f"workspace= asks for the gate, but guardrail.gate cannot load: {exc}") from exc
-    return GateLayer(workspace, python=python, tools=tools)
+        raise LayerUnavailable(f"the gate was asked for, but guardrail.gate cannot load: {exc}") from exc
+    return GateLayer(workspace, python=python)
 
 
 def _monitor(model: Any) -> Layer:
@@ -111,6 +117,15 @@ def _sandbox_tools(sandbox: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]
     return sandbox_tools(sandbox)
 
 
+def _recorder(record: Any, options: Mapping[str, Any] | None) -> Any:
+    """The run recorder for ``record=``: a recorder as given, or one over the store a path or URL names."""
+    from guardrail.core.runstore import RunRecorder
+
+    if isinstance(record, RunRecorder):
+        return record
+    return RunRecorder(record, **dict(options or {}))
+
+
 def _disabled(disable: Collection[str]) -> set[str]:
     names = {_ALIASES.get(name, name) for name in disable}
     unknown = sorted(names - set(LAYER_NAMES))
@@ -125,7 +140,6 @@ def default_layers(
     model: Any = None,
     spec: Any = None,
     python: str | None = None,
-    tools: Mapping[str, Any] | None = None,
     contracts: Mapping[str, Any] | None = None,
     extra_layers: Sequence[Layer] = (),
     consistency: Layer | None = None,
@@ -134,8 +148,9 @@ def default_layers(
     """The layers for what is given, in pipeline order: gate, consistency, monitor, verifiers, then `extra_layers`."""
     off = _disabled(disable)
     layers: list[Layer] = []
-    if workspace is not None and "gate" not in off:
-        layers.append(_gate(workspace, python=python, tools=tools))
+    if "gate" not in off:
+        # With no workspace the gate still holds every call to the schema its tool declares (zero configuration).
+        layers.append(_gate(workspace, python=python))
     if consistency is not None and "consistency" not in off:
         layers.append(consistency)
     if model is not None and "monitor" not in off:
@@ -154,9 +169,11 @@ def default_guard(
     spec: Any = None,
     mode: Mode = "report",
     python: str | None = None,
-    tools: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Any] | Sequence[Any] | None = None,
     contracts: Mapping[str, Any] | None = None,
     extra_layers: Sequence[Layer] = (),
+    record: Any = None,
+    record_options: Mapping[str, Any] | None = None,
     n: int | None = None,
     sandbox: Mapping[str, Any] | Sequence[Any] | None = None,
     tool_schemas: Sequence[Any] = (),
@@ -183,9 +200,15 @@ def default_guard(
     sampling = None
     if n is not None and "consistency" not in off:
         sampling = _consistency(n, sandbox, tool_schemas, epoch)
-    layers = default_layers(workspace=workspace, model=model, spec=spec, python=python, tools=tools,
+    layers = default_layers(workspace=workspace, model=model, spec=spec, python=python,
                             contracts=contracts, extra_layers=extra_layers,
                             consistency=sampling.layer if sampling else None, disable=off)
+    if tools is not None:
+        from adapters.tool_schemas import tool_schemas as declared_schemas
+
+        guard_options.setdefault("tools", declared_schemas(tools))
+    if record is not None:
+        guard_options.setdefault("recorder", _recorder(record, record_options))
     guard = make(layers, mode=mode, **guard_options)
     if isinstance(guard, Guard):
         guard.sampling = sampling

@@ -7,6 +7,8 @@ __all__ = ["TABLE"]
 # name -> where its Command lives. Adding a command is one line here plus its module.
 TABLE: dict[str, CommandSpec] = {
     "inspect": CommandSpec("guardrail.core.inspect_cli:INSPECT", "list a corpus's episodes, labels and corrupt lines"),
+    "runs": CommandSpec("guardrail.core.runstore.cli:RUNS", "list a run store's recorded episodes"),
+    "label": CommandSpec("guardrail.core.runstore.cli:LABEL", "label recorded episodes (healthy, failed, yours)"),
     "check": CommandSpec("guardrail.gate.cli:CHECK", "gate one proposed action (or a batch) against a workspace"),
     "fit": CommandSpec("monitors.cli:FIT", "fit the step monitor on healthy episodes"),
     "score": CommandSpec("monitors.cli:SCORE", "score episodes with a fitted monitor"),
