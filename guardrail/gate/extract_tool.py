@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from guardrail.gate.extract_mcp import extract_mcp
 from guardrail.gate.extract_python import extract_python
 from guardrail.gate.extract_shell import extract_shell
 from guardrail.gate.predicates import Predicate
@@ -70,7 +71,10 @@ def extract_tool(tool: str, args: dict[str, Any], scope: Scope, *, open_file: st
             out.append(Predicate("tool_args_valid", (tool, problems[0]), True, "tool",
                                  verdict=(False, "; ".join(problems))))
             return out
-    if tool in SHELL_TOOLS and isinstance(args.get("command"), str):
+    mcp = extract_mcp(tool, args, scope)  # the reference MCP servers' tools (filesystem, git)
+    if mcp is not None:
+        out.extend(mcp)
+    elif tool in SHELL_TOOLS and isinstance(args.get("command"), str):
         out.extend(extract_shell(args["command"], scope, python_version=python_version))
     elif tool in PYTHON_TOOLS and isinstance(args.get("code"), str):
         out.extend(extract_python(args["code"], scope, search=(scope.cwd,), necessary=True, origin="tool code",
