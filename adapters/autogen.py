@@ -90,7 +90,12 @@ class AutoGenGuard:
         self._alarm: Decision | None = None
 
     # ----------------------------------------------------------------- parts for AutoGen
-    def workbench(self, tools: Sequence[BaseTool[Any, Any]], **kwargs: Any) -> GuardedWorkbench:
+    def workbench(self, tools: Sequence[BaseTool[Any, Any]] | Workbench, **kwargs: Any) -> GuardedWorkbench:
+        """A guarded workbench over `tools`: a list of tools, or any `Workbench` (an ``McpWorkbench``...)."""
+        if isinstance(tools, Workbench):
+            from adapters.autogen_workbench import GuardedMcpWorkbench
+
+            return GuardedMcpWorkbench(tools, self, **kwargs)
         return GuardedWorkbench(list(tools), self, **kwargs)
 
     def model_client(self, client: ChatCompletionClient, *, agent: str | None = None,

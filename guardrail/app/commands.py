@@ -17,4 +17,6 @@ TABLE: dict[str, CommandSpec] = {
     "report": CommandSpec("guardrail.app.report:REPORT", "HTML report with score plots, findings and a summary",
                           distribution="'guardrail[report]'"),
     "audit-traj": CommandSpec("guardrail.app.audit:AUDIT_TRAJ", "gate every action of a recorded SWE-agent .traj"),
+    "mcp-proxy": CommandSpec("guardrail.app.mcp_proxy_cli:MCP_PROXY", "guard every tool call in front of an MCP server",
+                             distribution="'guardrail[mcp]'"),
 }
