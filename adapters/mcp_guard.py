@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from guardrail.core.guard import Guard
     from guardrail.core.layer import EpisodeContext
 
-__all__ = ["TOOL_CHANGED", "McpSession", "ToolListing", "blocked_result", "changed_tool_decision", "result_text"]
+__all__ = ["TOOL_CHANGED", "McpSession", "ToolListing", "blocked_result", "changed_tool_decision", "result_text",
+           "visible_message"]
 
 TOOL_CHANGED = "tool_definition_changed"
 _MAX_TOOLS = 10_000  # tools remembered per session; a server listing more is not tracked past that
@@ -108,6 +109,14 @@ def changed_tool_decision(guard: Guard, ctx: EpisodeContext, name: str, what: st
     return Decision(verdict=verdict, hook="before_action", findings=[finding], episode_id=ctx.episode_id)
 
 
+def visible_message(decision: Decision) -> str:
+    """The decision's message as the other side may read it: the guard's own failures (exception texts) are
+    replaced by one line saying the call could not be checked."""
+    shown = [f if f.check != "internal_error" else f.model_copy(update={
+        "message": "the guard could not check this call", "hint": None}) for f in decision.findings]
+    return decision.model_copy(update={"findings": shown}).message() or "blocked by guardrail"
+
+
 def result_text(result: Mapping[str, Any]) -> tuple[str, bool]:
     """A ``CallToolResult``'s text (its text items joined; other items named) and its ``isError`` flag."""
     parts = []
@@ -174,14 +183,15 @@ class McpSession:
         if changed:
             decision = self._keep(changed_tool_decision(self.guard, self.ctx, action.tool or "", changed))
             if decision.blocked:
+                message = visible_message(decision)
                 await self._step(action, Result(output="", is_error=True, call_id=call_id, blocked=True,
-                                                guard_message=decision.message()))
-                return blocked_result(decision.message())
+                                                guard_message=message))
+                return blocked_result(message)
         decision = self._keep(with_problem(
             await asafe_decision("before_action", partial(self.guard.abefore_action, self.ctx, action)),
             problem, self.guard, self.ctx))
         if decision.blocked:
-            message = decision.message() or "blocked by guardrail"
+            message = visible_message(decision)
             await self._step(action, Result(output="", is_error=True, call_id=call_id, blocked=True,
                                             guard_message=message))
             return blocked_result(message)
@@ -204,7 +214,7 @@ class McpSession:
                                                 partial(self.guard.aafter_result, self.ctx, action, outcome)))
         replacement = None
         if after.blocked and result is not None:
-            warning = after.message()
+            warning = visible_message(after)
             outcome = outcome.model_copy(update={"is_error": True, "guard_message": warning})
             content = list(result.get("content") or []) if isinstance(result.get("content"), list) else []
             replacement = {**result, "content": [*content, {"type": "text", "text": warning}], "isError": True}

@@ -429,10 +429,10 @@ async def relay_stdio(guard: Guard, command: Sequence[str], *, limits: Limits | 
 async def relay_http(guard: Guard, read_stream: Any, write_stream: Any, upstream: str, *,
                      limits: Limits | None = None, meta: dict[str, Any] | None = None) -> list[str]:
     """Relay one client session (the SDK server transport's streams) to the streamable-HTTP server `upstream`."""
-    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.client.streamable_http import streamable_http_client
 
     limits = limits or Limits()
-    async with streamablehttp_client(upstream) as (up_read, up_write, _session_id):
+    async with streamable_http_client(upstream) as (up_read, up_write, _session_id):
         client = StreamEndpoint(read_stream, write_stream, limits, server_side=True)
         server = StreamEndpoint(up_read, up_write, limits)
         relay = Relay(McpSession(guard, meta={"upstream": upstream, **(meta or {})}), client, server, limits)
