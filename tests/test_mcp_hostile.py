@@ -23,7 +23,7 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from adapters.mcp_proxy import LineEndpoint, Limits, relay_stdio  # noqa: E402
+from adapters.mcp_proxy import Limits, LineEndpoint, relay_stdio  # noqa: E402
 from guardrail import Guard  # noqa: E402
 from guardrail.core.events import Finding  # noqa: E402
 from guardrail.core.layer import Layer  # noqa: E402
