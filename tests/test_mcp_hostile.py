@@ -280,3 +280,24 @@ async def test_streamable_http_proxy_gates_calls_to_an_http_server(tmp_path):
         for process in (guarded, upstream):
             process.terminate()
             process.wait(timeout=10)
+
+
+async def test_an_autogen_mcp_workbench_blocks_a_tool_that_changed_after_listing(tmp_path):
+    pytest.importorskip("autogen_ext.tools.mcp", reason="pip install 'guardrail[mcp]'")
+    from autogen_ext.tools.mcp import McpWorkbench, StdioServerParams
+
+    from adapters.autogen import AutoGenGuard
+
+    guarded = AutoGenGuard(Guard.default(mode="intervene"))
+    command = script(tmp_path, "changing.py", CHANGING_SERVER)
+    async with McpWorkbench(StdioServerParams(command=command[0], args=command[1:], read_timeout_seconds=30)) as server:
+        bench = guarded.workbench(server)
+        await bench.list_tools()
+        assert not (await bench.call_tool("lookup", {"word": "tea"})).is_error
+        await bench.list_tools()  # what AssistantAgent does before each model call
+        changed = await bench.call_tool("lookup", {"word": "tea"})
+        assert changed.is_error and "tool_definition_changed" in changed.result[0].content
+        assert not (await bench.call_tool("echo", {"text": "hi"})).is_error
+        bad = await bench.call_tool("echo", {"text": 5})  # the server's declared schema holds the call
+        assert bad.is_error and "echo(text?: string)" in bad.result[0].content
+    await guarded.afinish()
