@@ -135,3 +135,18 @@ def test_hostile_repository_files_give_unknown_not_a_crash(workspace, tmp_path):
     revision = next(r for r in report.results if r.predicate.name == "git_revision_exists")
     assert revision.outcome.value != "true"  # a ref read from outside the workspace never counts
     assert "outside-secret" not in shown
+
+
+def test_git_add_takes_an_existing_or_tracked_path_and_mkdir_needs_a_directory_above(workspace):
+    gate = Gate(workspace)
+    repo = workspace / "repo"
+    assert violations(gate, "git_add", repo_path=str(repo), files=["app.py", "new.txt"]) == []
+    [(name, _, hint)] = violations(gate, "git_add", repo_path=str(repo), files=["app.pyy"])
+    assert name == "git_path_known" and hint == "did you mean app.py?"
+    (repo / "app.py").unlink()  # staging a tracked file's removal is a valid add
+    assert violations(gate, "git_add", repo_path=str(repo), files=["app.py"]) == []
+    assert violations(gate, "git_add", repo_path=str(repo), files=["*.py"]) == []  # a pathspec is git's to match
+    (repo / ".git" / "index").write_bytes(b"DIRC\x00\x00\x00\x02\xff\xff\xff\xff" + b"\x00" * 100)  # a lying count
+    assert violations(gate, "git_add", repo_path=str(repo), files=["gone.py"]) == []  # unreadable index: unknown
+    [(name, message, _)] = violations(gate, "create_directory", path=str(workspace / "notes.txt" / "sub" / "deeper"))
+    assert name == "dir_exists" and "is a file" in message

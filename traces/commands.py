@@ -34,5 +34,6 @@ TABLE: dict[str, CommandSpec] = {
     "load": _bench("traces.bench.load:BENCH", "steps/s and memory at 1/8/64 concurrent episodes"),
     "scale": _bench("traces.bench.scale:BENCH", "scoring throughput on 1/2/4 Dask workers vs local"),
     "real": _bench("traces.bench.real:BENCH", "the layers on a real model's runs (SmolLM2-135M) vs their scripted twins"),
+    "mcp": _bench("traces.bench.mcp:BENCH", "guardrail mcp-proxy: added latency per call, blocking precision/recall"),
     "coding": _bench("traces.bench.coding:BENCH", "coding testbed: report vs intervene with the gate on a real sdist"),
 }

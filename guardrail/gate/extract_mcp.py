@@ -13,6 +13,7 @@ the server refuses anything else, and the gate never looks there.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ _REVISIONS = {"git_diff": [("target", "rev")], "git_show": [("revision", "rev")]
               "git_checkout": [("branch_name", "rev")], "git_create_branch": [("base_branch", "ref")],
               "git_branch": [("contains", "rev"), ("not_contains", "rev")]}
 _ORIGIN = "mcp"
+_GLOB = re.compile(r"[*?\[:]")  # a pathspec with magic (a glob, ":(exclude)...") is git's to match
 _MAX_EDITS = 200
 
 
@@ -77,6 +79,15 @@ def _filesystem(tool: str, args: Mapping[str, Any], scope: Scope) -> list[Predic
     elif tool == "create_directory":
         path = _path(tool, args.get("path"), scope, out)
         if path is not None:
+            # like mkdir -p: whatever exists nearest above the new directory must be a directory
+            ancestor = os.path.dirname(path)
+            for _ in range(64):
+                kind = scope.fs.stat(ancestor).kind
+                if kind != "missing" or ancestor == os.path.dirname(ancestor):
+                    break
+                ancestor = os.path.dirname(ancestor)
+            if scope.fs.stat(ancestor).kind == "file":
+                out.append(Predicate("dir_exists", (ancestor,), True, _ORIGIN, hedge=hedge))
             scope.create(path)
     elif tool == "edit_file":
         path = _path(tool, args.get("path"), scope, out)
@@ -126,11 +137,10 @@ def _git(tool: str, args: Mapping[str, Any], scope: Scope) -> list[Predicate]:
     if tool == "git_create_branch" and isinstance(args.get("branch_name"), str) and args["branch_name"]:
         out.append(Predicate("git_branch_absent", (repo, args["branch_name"]), True, _ORIGIN, hedge=hedge))
     if tool == "git_add" and isinstance(args.get("files"), list):
-        # `git add` of a deleted tracked file stages its removal: a missing path is reported, never blocking.
+        # `git add` takes a path that exists or that the index tracks (a deleted file: its removal is staged).
         for raw in args["files"][:1000]:
-            if isinstance(raw, str) and raw and raw != "." and "\x00" not in raw:
-                path = os.path.normpath(os.path.join(repo, raw))
-                out.append(Predicate("path_exists", (path,), False, _ORIGIN, hedge=hedge))
+            if isinstance(raw, str) and raw and raw != "." and "\x00" not in raw and not _GLOB.search(raw):
+                out.append(Predicate("git_path_known", (repo, raw), True, _ORIGIN, hedge=hedge))
     return out
 
 

@@ -96,6 +96,14 @@ class GitRepo:
             unknown = unknown or found is None
         return None if unknown else False
 
+    def tracked(self) -> frozenset[str] | None:
+        """The paths the index holds (relative to the working tree); None when it cannot be read (a version-4
+        index, a split index, one over the read cap)."""
+        raw = _bytes(self.fs, os.path.join(self.git_dir, "index"), 8 * 1024 * 1024)
+        if raw is None:
+            return frozenset() if not self.fs.stat(os.path.join(self.git_dir, "index")).exists else None
+        return _index_paths(raw)
+
     def parents(self, commit: str) -> list[str] | None:
         """A loose commit's parent ids; None when the object is packed, not a commit or unreadable."""
         if len(commit) != 40 or not _HEX.fullmatch(commit):
@@ -133,6 +141,28 @@ class GitRepo:
             return self.commit_of(value[4:].strip(), depth + 1)
         head = value.split()[0] if value.split() else ""
         return head if _HEX.fullmatch(head) and len(head) == 40 else None
+
+
+def _index_paths(data: bytes) -> frozenset[str] | None:
+    """The entry paths of a version 2 or 3 index file (``DIRC``), None for anything else or a malformed one."""
+    if len(data) < 12 or data[:4] != b"DIRC" or int.from_bytes(data[4:8], "big") not in (2, 3):
+        return None
+    count = int.from_bytes(data[8:12], "big")
+    paths: list[str] = []
+    at = 12
+    for _ in range(min(count, 1_000_000)):
+        if at + 62 > len(data):
+            return None
+        flags = int.from_bytes(data[at + 60:at + 62], "big")
+        start = at + 62 + (2 if flags & 0x4000 else 0)  # an extended entry (version 3) has two more flag bytes
+        end = data.find(b"\x00", start)
+        if end < 0:
+            return None
+        paths.append(data[start:end].decode("utf-8", "surrogateescape"))
+        at += (end - at + 8) // 8 * 8  # entries are NUL-padded to a multiple of eight bytes
+        if not len(paths) & 4095:
+            budget.check("git index")
+    return frozenset(paths) if len(paths) == count else None
 
 
 def _idx_has(data: bytes | None, prefix: str) -> bool | None:

@@ -37,6 +37,7 @@ FAMILY: dict[str, str] = {
     "git_repository": "filesystem",
     "git_revision_exists": "command",
     "git_branch_absent": "command",
+    "git_path_known": "filesystem",
     # an explicit unknown: part of the action was not analysed (over a size or time budget)
     "analysis_complete": "other",
 }

@@ -143,10 +143,33 @@ def _git_branch_absent(p: Predicate, fs: FsView) -> ProbeResult:
     return ProbeResult(p, Outcome.TRUE, f"no branch named {name!r} yet")
 
 
+def _git_path_known(p: Predicate, fs: FsView) -> ProbeResult:
+    """A path `git add` can take: it exists in the working tree, or the index tracks it (staging its removal)."""
+    path, rel = str(p.args[0]), str(p.args[1])
+    full = os.path.normpath(os.path.join(path, rel))
+    state = fs.stat(full)
+    if (undecided := _undecidable(p, full, state)) is not None:
+        return undecided
+    if state.exists:
+        return ProbeResult(p, Outcome.TRUE, f"{full} exists")
+    repo, why = open_repo(fs, path)
+    tracked = repo.tracked() if repo is not None else None
+    if tracked is None:
+        return ProbeResult(p, Outcome.UNKNOWN, f"whether the index tracks {rel} could not be read")
+    relative = os.path.relpath(full, path)
+    if relative in tracked or any(t.startswith(relative.rstrip("/") + "/") for t in tracked):
+        return ProbeResult(p, Outcome.TRUE, f"{rel} is tracked (its removal is staged)")
+    close = difflib.get_close_matches(relative, sorted(tracked)[:5000], n=3, cutoff=0.6)
+    return ProbeResult(p, Outcome.FALSE, f"{rel} neither exists in {path} nor is tracked there",
+                       {"repository": path, "missing": rel,
+                        "hint": f"did you mean {', '.join(close)}?" if close else "git_status lists the changed files"})
+
+
 # predicate name -> its probe (the Prober looks here for names it has no method of its own for)
 MCP_PROBES: dict[str, Callable[[Predicate, FsView], ProbeResult]] = {
     "mcp_edit_applies": _mcp_edit_applies,
     "git_repository": _git_repository,
     "git_revision_exists": _git_revision_exists,
     "git_branch_absent": _git_branch_absent,
+    "git_path_known": _git_path_known,
 }
