@@ -298,16 +298,18 @@ def _walk_suffix(repo: GitRepo, start: str, suffix: str) -> Resolution | None:
     return Resolution(True, f"resolves to {commit[:12]}")
 
 
-def resolve_revision(repo: GitRepo, revision: str, *, refs_only: bool = False) -> Resolution:
+def resolve_revision(repo: GitRepo, revision: str, *, refs_only: bool = False, ranges: bool = True) -> Resolution:
     """Whether `revision` names something in `repo`: a ref (short or full), a stored object id, either with
-    ``~N`` / ``^N`` suffixes, a ``rev:path`` (the revision part) or a ``A..B`` range. `refs_only` accepts only
-    ref names (what ``repo.references[name]`` takes)."""
+    ``~N`` / ``^N`` suffixes, a ``rev:path`` (the revision part) or, with `ranges`, an ``A..B`` range.
+    `refs_only` accepts only ref names (what ``repo.references[name]`` takes)."""
     if revision.startswith("-"):
         return Resolution(False, f"a revision cannot start with '-' (got {revision[:60]!r})")
     if "@{" in revision or revision.startswith(":") or len(revision) > 1000:
         return Resolution(None, f"{revision[:60]!r} is not resolved without git (reflog, index path or too long)")
     if refs_only:
         return _base(repo, revision, refs_only=True)
+    if ".." in revision and not ranges and ":" not in revision.split("..")[0]:
+        return Resolution(False, f"{revision[:200]!r} is a range: this takes one revision (one end of it)")
     if ".." in revision:
         parts = [p for p in re.split(r"\.\.\.?", revision, maxsplit=1)]
         results = [resolve_revision(repo, p) for p in parts if p]

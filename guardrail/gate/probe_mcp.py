@@ -103,7 +103,8 @@ def _revision(p: Predicate, fs: FsView, *, refs_only: bool) -> ProbeResult:
     repo, why = open_repo(fs, path) if state.kind == "dir" else (None, f"{path} is not a directory")
     if repo is None:
         return ProbeResult(p, Outcome.UNKNOWN, f"revision not checked: {why}")
-    found = resolve_revision(repo, revision, refs_only=refs_only)
+    # mcp-server-git resolves one revision (GitPython's rev_parse): a range is an error there
+    found = resolve_revision(repo, revision, refs_only=refs_only, ranges=False)
     if found.holds is None:
         return ProbeResult(p, Outcome.UNKNOWN, found.why)
     if found.holds:
