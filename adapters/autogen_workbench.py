@@ -24,7 +24,7 @@ from typing import Any
 from autogen_core import CancellationToken
 from autogen_core.tools import StaticWorkbench, TextResultContent, ToolResult, ToolSchema, Workbench
 
-from adapters.autogen import AutoGenGuard, GuardedWorkbench
+from adapters.autogen import AutoGenGuard, GuardedWorkbench, ObservedWorkbench
 from adapters.mcp_guard import ToolListing, changed_tool_decision
 from guardrail.core.events import Result
 from guardrail.core.guard import Guard
@@ -79,17 +79,9 @@ class GuardedMcpWorkbench(GuardedWorkbench, _Forwarding):
                 return ToolResult(name=name, result=[TextResultContent(content=message)], is_error=True)
         return await super().call_tool(name, arguments, cancellation_token, call_id)
 
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
-
-    async def reset(self) -> None:
-        await self.inner.reset()
-
-    async def save_state(self) -> Mapping[str, Any]:
-        return await self.inner.save_state()
-
-    async def load_state(self, state: Mapping[str, Any]) -> None:
-        await self.inner.load_state(state)
+    # start, stop, reset and the state go to the wrapped workbench, as an observed one's do
+    start = ObservedWorkbench.start
+    stop = ObservedWorkbench.stop
+    reset = ObservedWorkbench.reset
+    save_state = ObservedWorkbench.save_state
+    load_state = ObservedWorkbench.load_state

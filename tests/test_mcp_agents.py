@@ -125,6 +125,15 @@ def call(name: str, call_id: str, **args: Any) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
 
 
+async def run_agent(mcp: MultiServerMCPClient, server: str, model: ScriptedChatModel, guard: Guard,
+                    task: str) -> dict[str, ToolMessage]:
+    """`create_agent` on the server's MCP tools with the guard's middleware; the tool replies by call id."""
+    async with mcp.session(server) as session:
+        agent = create_agent(model, await load_mcp_tools(session), middleware=guard.langchain_middleware())
+        state = await agent.ainvoke({"messages": [{"role": "user", "content": task}]})
+    return {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+
+
 async def test_langchain_agent_on_mcp_tools_from_the_filesystem_server(workspace):
     guard = Guard.default(workspace=workspace, mode="intervene")
     mcp = MultiServerMCPClient({"fs": {"command": "node", "args": [*filesystem_server()[1:], str(workspace)],
@@ -135,12 +144,7 @@ async def test_langchain_agent_on_mcp_tools_from_the_filesystem_server(workspace
                           edits=[{"oldText": "beta lime", "newText": "BETA"}]),
                      call("read_text_file", "c4", path=str(workspace / "notes.txt")),
                      AIMessage(content="alpha, beta, gamma"))
-    async with mcp.session("fs") as session:
-        tools = await load_mcp_tools(session)
-        agent = create_agent(model, tools, middleware=guard.langchain_middleware())
-        state = await agent.ainvoke({"messages": [{"role": "user", "content": "read the notes"}]})
-
-    replies = {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+    replies = await run_agent(mcp, "fs", model, guard, "read the notes")
     assert replies["c1"].status == "error" and "does not exist" in replies["c1"].content
     assert "notes.txt" in replies["c1"].content  # the hint
     assert replies["c2"].status == "error" and "list_directory(path: string)" in replies["c2"].content
@@ -157,12 +161,7 @@ async def test_langchain_agent_on_mcp_tools_from_the_git_server(workspace):
     model = scripted(call("git_show", "c1", repo_path=str(repo), revision="v2"),
                      call("git_checkout", "c2", repo_path=str(repo), branch_name="feature"),
                      AIMessage(content="on feature"))
-    async with mcp.session("git") as session:
-        tools = await load_mcp_tools(session)
-        agent = create_agent(model, tools, middleware=guard.langchain_middleware())
-        state = await agent.ainvoke({"messages": [{"role": "user", "content": "check out the release"}]})
-
-    replies = {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+    replies = await run_agent(mcp, "git", model, guard, "check out the release")
     assert replies["c1"].status == "error" and "v2" in replies["c1"].content and "v1" in replies["c1"].content
     assert replies["c2"].status != "error"
     assert (repo / ".git" / "HEAD").read_text().strip() == "ref: refs/heads/feature"

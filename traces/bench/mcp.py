@@ -36,6 +36,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guardrail.core.cliutil import Command, emit_json, print_table
 
 __all__ = ["BENCH", "measure_mcp"]
@@ -49,14 +51,6 @@ _FILES = {"README.md": "# Demo\n\nA small project.\n", "src/app.py": "def main()
           "src/util.py": "import os\n\n\ndef home():\n    return os.environ.get('HOME')\n",
           "docs/guide.md": "Install it.\nRun it.\n", "docs/notes/todo.txt": "ship\n  test\nrelease\n",
           "data/table.csv": "a,b\n1,2\n"}
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -283,7 +277,7 @@ async def _latency(direct: Any, proxied: Any, tool: str, args: dict[str, Any], p
         base.append(seconds["direct"] * 1000)
         added.append((seconds["proxied"] - seconds["direct"]) * 1000)
     return {"call": tool, "pairs": pairs, "direct_median_ms": round(statistics.median(base), 3),
-            "added_median_ms": round(statistics.median(added), 3), "added_p95_ms": round(_percentile(added, 0.95), 3)}
+            "added_median_ms": round(statistics.median(added), 3), "added_p95_ms": round(float(np.percentile(added, 95)), 3)}
 
 
 async def _blocking(direct: Any, proxied: Any, ws: Path, calls: list[Call],
