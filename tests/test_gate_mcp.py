@@ -8,9 +8,13 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from guardrail.core.events import Action
+from guardrail.gate.extract_mcp import FILESYSTEM_TOOLS, GIT_TOOLS
 from guardrail.gate.layer import Gate
+from tests.fuzzing import FUZZ, json_values
 from tests.mcp_servers import build_workspace, git
 
 
@@ -151,3 +155,29 @@ def test_git_add_takes_an_existing_or_tracked_path_and_mkdir_needs_a_directory_a
     assert violations(gate, "git_add", repo_path=str(repo), files=["gone.py"]) == []  # unreadable index: unknown
     [(name, message, _)] = violations(gate, "create_directory", path=str(workspace / "notes.txt" / "sub" / "deeper"))
     assert name == "dir_exists" and "is a file" in message
+
+
+_REPO_FILES = ["HEAD", "packed-refs", "index", "commondir", "refs/heads/main", "objects/pack/pack-x.idx",
+               "objects/ab/" + "c" * 38]
+
+
+@pytest.mark.fuzz
+@FUZZ
+@given(files=st.dictionaries(st.sampled_from(_REPO_FILES), st.binary(max_size=3000), max_size=5),
+       tool=st.sampled_from(sorted(GIT_TOOLS | FILESYSTEM_TOOLS)), args=st.dictionaries(
+           st.sampled_from(["repo_path", "path", "revision", "target", "branch_name", "base_branch", "files",
+                            "edits", "source", "destination", "paths", "contains"]), json_values, max_size=4),
+       aimed=st.booleans())
+def test_any_repository_bytes_and_any_arguments_give_a_report_not_a_crash(tmp_path_factory, files, tool, args,
+                                                                           aimed):
+    root = tmp_path_factory.mktemp("fuzz")
+    repo = root / "repo"
+    (repo / ".git" / "objects").mkdir(parents=True)
+    for rel, data in files.items():
+        (repo / ".git" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / ".git" / rel).write_bytes(data)
+    if aimed:  # at the hostile repository itself (else wherever the arguments point)
+        args = {**args, "repo_path": str(repo), "path": str(repo / ".git" / "HEAD")}
+    report = Gate(root).check(Action.tool_call(tool, args))
+    assert report.error is None or "could not be analysed" in report.error
+    assert report.latency_ms < 10_000
