@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from guardrail.core.events import Action, Decision, Finding, Step, Verdict
+from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
 from guardrail.core.runstore.base import (
     DEFAULT_MAX_STEPS,
     MAX_STEP_BYTES,
@@ -39,7 +39,7 @@ from guardrail.core.version import version
 if TYPE_CHECKING:
     from guardrail.core.layer import EpisodeContext
 
-__all__ = ["RunRecorder", "finding_record", "redact_content"]
+__all__ = ["RunRecorder", "episode_ops", "finding_record", "redact_content", "step_record"]
 
 _log = logging.getLogger("guardrail.runstore")
 
@@ -300,30 +300,7 @@ class RunRecorder:
         raise ValueError(f"unknown recorder item {kind!r}")
 
     def _step_body(self, step: Step, decision: Decision | None) -> str:
-        body = step.model_dump(mode="json", exclude_defaults=True)
-        if self.redact:
-            for key in _CONTENT_KEYS:
-                if isinstance(body.get(key), str):
-                    body[key] = redact_content(_cap(body[key], _CONTENT_CAP))
-            for event in body.get("tool_events") or []:
-                for key in ("args", "result", "guard_message"):
-                    if key in event:
-                        event[key] = redact_content(event[key])
-        if decision is not None and (decision.score is not None or decision.verdict is not Verdict.ALLOW):
-            meta = body.setdefault("meta", {})
-            meta["guard"] = {"verdict": decision.verdict.value, "score": decision.score}
-        text = json.dumps(body, ensure_ascii=False, default=str)
-        if len(text) > MAX_STEP_BYTES:
-            # An oversized step keeps its shape: the long strings are cut, the structure stays valid JSON.
-            body["text"] = _cap(body.get("text"), MAX_STEP_BYTES // 4)
-            for event in body.get("tool_events") or []:
-                for key in ("result", "guard_message"):
-                    if isinstance(event.get(key), str):
-                        event[key] = _cap(event[key], MAX_STEP_BYTES // 8)
-                if not isinstance(event.get("args"), dict | str) or len(json.dumps(event.get("args"))) > MAX_STEP_BYTES // 8:
-                    event["args"] = _cap(json.dumps(event.get("args"), default=str), MAX_STEP_BYTES // 8)
-            text = json.dumps(body, ensure_ascii=False, default=str)
-        return text
+        return step_record(step, decision, redact=self.redact)
 
     def _decision_body(self, hook: str, decision: Decision, action: Action | None, step_index: int) -> dict[str, Any]:
         redact = redact_content if self.redact else None
@@ -342,3 +319,47 @@ class RunRecorder:
         while self.backlog and time.monotonic() < deadline:
             time.sleep(0.005)
         return self.flush(max(0.0, deadline - time.monotonic()))
+
+
+def step_record(step: Step, decision: Decision | None = None, *, redact: bool = True) -> str:
+    """One step as the store keeps it: JSON, secrets masked, long strings capped, the guard's verdict and score
+    of that step in ``meta["guard"]``; never larger than the store's per-step cap."""
+    body = step.model_dump(mode="json", exclude_defaults=True)
+    if redact:
+        for key in _CONTENT_KEYS:
+            if isinstance(body.get(key), str):
+                body[key] = redact_content(_cap(body[key], _CONTENT_CAP))
+        for event in body.get("tool_events") or []:
+            for key in ("args", "result", "guard_message"):
+                if key in event:
+                    event[key] = redact_content(event[key])
+    if decision is not None and (decision.score is not None or decision.verdict is not Verdict.ALLOW):
+        meta = body.setdefault("meta", {})
+        meta["guard"] = {"verdict": decision.verdict.value, "score": decision.score}
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    if len(text) > MAX_STEP_BYTES:
+        # An oversized step keeps its shape: the long strings are cut, the structure stays valid JSON.
+        body["text"] = _cap(body.get("text"), MAX_STEP_BYTES // 4)
+        for event in body.get("tool_events") or []:
+            for key in ("result", "guard_message"):
+                if isinstance(event.get(key), str):
+                    event[key] = _cap(event[key], MAX_STEP_BYTES // 8)
+            args_text = json.dumps(event.get("args"), default=str)
+            if len(args_text) > MAX_STEP_BYTES // 8:
+                event["args"] = _cap(args_text, MAX_STEP_BYTES // 8)
+        text = json.dumps(body, ensure_ascii=False, default=str)
+    return text
+
+
+def episode_ops(episode: Episode, *, redact: bool = True, meta: Mapping[str, Any] | None = None) -> list[StoreOp]:
+    """A whole finished episode (an imported trace) as store operations: begun, its steps, finished, unlabelled."""
+    stamp = now()
+    task = redact_content(episode.task) if redact and episode.task else episode.task
+    header = RunHeader(episode_id=episode.episode_id, started_at=stamp, task=task, framework=episode.framework,
+                       model=episode.model, tools=list(episode.tools), guardrail_version=version(),
+                       meta={**episode.meta, **dict(meta or {})})
+    ops: list[StoreOp] = [Begin(header)]
+    ops += [StepLine(episode.episode_id, step.index, step_record(step, redact=redact)) for step in episode.steps]
+    ops.append(Finish(episode.episode_id, RunOutcome(finished_at=stamp, task=task, tools=list(episode.tools),
+                                                     n_steps=len(episode.steps))))
+    return ops
