@@ -60,7 +60,11 @@ def store_url(request, tmp_path) -> str:
         return str(tmp_path / "runs")
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/runs.db"
-    dsn = request.getfixturevalue("postgres_dsn")
+    return _postgres_store(request.getfixturevalue("postgres_dsn"))
+
+
+def _postgres_store(dsn: str) -> str:
+    """A store URL on the test server, in a schema of its own (each test starts empty)."""
     pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'guardrail[scale]')")
     import psycopg
 
@@ -286,3 +290,29 @@ def test_store_urls_that_cannot_be_opened_say_why(tmp_path):
     (tmp_path / "newer" / "runs.jsonl").write_text(json.dumps({"format": "guardrail-runs", "version": 99}) + "\n")
     with pytest.raises(StoreError, match="upgrade guardrail"):
         open_store(str(tmp_path / "newer"), create=False)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_several_processes_record_into_one_store(backend, tmp_path, request):
+    url = f"sqlite:///{tmp_path}/runs.db" if backend == "sqlite" else \
+        _postgres_store(request.getfixturevalue("postgres_dsn"))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from tests.test_runstore import one_run
+        from guardrail import Guard
+        guard = Guard.default(record={url!r})
+        ids = [one_run(guard, f"city-{{n}}") for n in range(15)]
+        guard.close()
+        print(" ".join(ids))
+    """)
+    workers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    recorded = set()
+    for worker in workers:
+        out, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0
+        recorded |= set(out.split())
+    summaries = open_store(url, create=False).summaries()
+    assert {s.episode_id for s in summaries} == recorded and len(recorded) == 45
+    assert all(s.status == "complete" and s.n_steps == 2 for s in summaries)
+

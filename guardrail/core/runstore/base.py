@@ -214,6 +214,20 @@ def is_store_dir(location: str | os.PathLike[str]) -> bool:
         return False
 
 
+def absolute_location(location: str | os.PathLike[str]) -> str:
+    """`location` (a corpus or store directory, or a store URL) so it means the same from any working directory:
+    what batch work ships to workers. A relative SQLite URL becomes absolute; other URLs stay as given."""
+    text = os.fspath(location)
+    if text.startswith("sqlite://"):
+        from guardrail.core.runstore.sql import sqlite_path
+
+        path = sqlite_path(text)
+        return text if path == ":memory:" else "sqlite:///" + os.path.abspath(path)
+    if is_store_url(text):
+        return text
+    return os.path.abspath(text)
+
+
 def open_store(location: str | os.PathLike[str] | RunStore, *, create: bool = True,
                max_bytes: int = DEFAULT_MAX_BYTES) -> RunStore:
     """The store at `location`: a directory path, ``sqlite:///PATH`` or ``postgresql://...`` (a store passes through).

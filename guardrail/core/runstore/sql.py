@@ -132,6 +132,7 @@ class _SqlStore(RunStore):
         with self._lock:
             cursor = self._conn.cursor()
             try:
+                self._serialize_creation(cursor)
                 for statement in statements:
                     self._execute(cursor, statement)
                 self._execute(cursor, self._insert_ignore("guardrail_store", ("key", "value"), "key"),
@@ -144,6 +145,10 @@ class _SqlStore(RunStore):
                 raise
             finally:
                 cursor.close()
+
+    def _serialize_creation(self, cursor: Any) -> None:
+        """Hold off other processes creating the same store at once (SQLite's own lock already does)."""
+        return None
 
     def _insert_ignore(self, table: str, columns: Sequence[str], key: str) -> str:
         marks = ", ".join("?" for _ in columns)
@@ -357,6 +362,10 @@ class PostgresStore(_SqlStore):
     placeholder = "%s"
     id_column = "id BIGSERIAL PRIMARY KEY"
     bytes_type = "BIGINT"
+
+    def _serialize_creation(self, cursor: Any) -> None:
+        # Concurrent CREATE TABLE IF NOT EXISTS race in PostgreSQL's catalog: one creator at a time, per database.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('guardrail run store schema'))")
 
     def _connect(self, create: bool) -> Any:
         try:
