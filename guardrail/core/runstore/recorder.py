@@ -11,6 +11,7 @@ that fails is logged once per kind of error and counted.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import re
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -134,6 +136,12 @@ def finding_record(finding: Finding, redact: Callable[[Any], Any] | None = None)
                          message=_cap(message, _MESSAGE_CAP) or "", hint=_cap(hint, _MESSAGE_CAP))
 
 
+def _close_at_exit(reference: weakref.ref[RunRecorder]) -> None:
+    recorder = reference()
+    if recorder is not None:
+        recorder.close(timeout_s=5.0)
+
+
 class _Waiter:
     """Set when the writer has handled everything put before it (a flush, an episode's end, a label)."""
 
@@ -171,6 +179,10 @@ class RunRecorder:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="guardrail-recorder", daemon=True)
         self._thread.start()
+        # A program that never closes its Guard still gets its queued events written at exit (the writer is a
+        # daemon thread, alive while atexit handlers run); a weak reference so the hook keeps nothing alive.
+        reference = weakref.ref(self)
+        atexit.register(_close_at_exit, reference)
 
     # ------------------------------------------------------------------ the Guard's calls (agent thread)
     def _put(self, item: tuple[Any, ...], *, control: bool = False) -> bool:
@@ -234,7 +246,10 @@ class RunRecorder:
             return
         self.flush(timeout_s)
         self._closed = True
-        self._queue.put(("stop", ""))
+        try:
+            self._queue.put(("stop", ""), timeout=timeout_s)
+        except queue.Full:
+            self._side.append(("stop", ""))
         self._thread.join(timeout_s)
         try:
             self.store.close()
