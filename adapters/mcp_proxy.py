@@ -23,6 +23,7 @@ from adapters.extras import require
 
 require("mcp", __name__)
 
+import asyncio
 import json
 import logging
 import re
@@ -385,15 +386,29 @@ class Relay:
 
 # ----------------------------------------------------------------------------- stdio
 async def _stdio_pair(limits: Limits) -> LineEndpoint:
-    """This process's stdin and stdout as the client's end (reads in a worker thread, as the SDK's stdio does)."""
-    stdin = anyio.wrap_file(sys.stdin.buffer)
-    stdout = anyio.wrap_file(sys.stdout.buffer)
+    """This process's stdin and stdout as the client's end: the event loop's own pipe transports when they are
+    pipes (what an MCP client gives its server: no thread per read or write), else reads and writes in a
+    worker thread (a terminal, a file)."""
+    loop = asyncio.get_running_loop()
+    try:
+        reader = asyncio.StreamReader(limit=_CHUNK)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
+    except (ValueError, OSError):  # not a pipe: a regular file or an unusual descriptor
+        stdin, stdout = anyio.wrap_file(sys.stdin.buffer), anyio.wrap_file(sys.stdout.buffer)
+
+        async def write_file(data: bytes) -> None:
+            await stdout.write(data)
+            await stdout.flush()
+
+        return LineEndpoint(stdin.read1, write_file, limits)
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def write(data: bytes) -> None:
-        await stdout.write(data)
-        await stdout.flush()
+        writer.write(data)
+        await writer.drain()
 
-    return LineEndpoint(stdin.read1, write, limits)
+    return LineEndpoint(reader.read, write, limits)
 
 
 async def relay_stdio(guard: Guard, command: Sequence[str], *, limits: Limits | None = None,
