@@ -3,9 +3,10 @@
 A ``chat`` span (a model call) is a step: its words and tool calls from ``gen_ai.output.messages``
 when the instrumentation records content. An ``execute_tool`` span is one tool call: it fills the
 call its model step announced (by call id, else by name), or is a step of its own when no model
-span announced it. A model call's ``gen_ai.input.messages`` carry the ``tool_call_response`` parts
-the model read: they are the results of the calls before it (an instrumentation may put its own
-wrapper in ``gen_ai.tool.call.result``; the model read the response). `SpanSteps` holds one
+span announced it. The call keeps the arguments and id the model span announced (an
+instrumentation may wrap what it puts on the tool span in its own envelope). A model call's
+``gen_ai.input.messages`` carry the ``tool_call_response`` parts the model read: they are the
+results of the calls before it (for the same reason, they win over ``gen_ai.tool.call.result``). `SpanSteps` holds one
 trace's pending steps and hands them out, in order, once they are complete; `finished_step` gives
 each the corpora's shape through `adapters.steps.build_step`, so a step fed live by
 `GuardSpanProcessor` and one imported from a span file by `guardrail import otlp` are the same.
@@ -31,6 +32,7 @@ __all__ = [
     "SpanSteps",
     "ToolCallSpan",
     "finished_step",
+    "is_guard_span",
     "model_step",
     "operation_of",
     "parse_json_attribute",
@@ -55,6 +57,12 @@ def operation_of(span: ReadableSpan) -> str | None:
         return value
     first = span.name.split(" ", 1)[0]
     return first if first in OPERATIONS else None
+
+
+def is_guard_span(span: ReadableSpan) -> bool:
+    """A span the guard itself emitted (``guardrail.*``): never a step of the agent's, even on a shared provider."""
+    scope = span.instrumentation_scope
+    return span.name.startswith("guardrail.") or (scope is not None and scope.name == tm.TRACER_NAME)
 
 
 def parse_json_attribute(value: Any) -> Any:
@@ -188,9 +196,11 @@ class SpanSteps:
                           or (not call.call_id and e.name == call.name and e.result is None)), None)
         if owner is not None and match is not None:
             announced = owner.tool_events[match]
+            # The call as the model made it (its arguments and id) when its model span recorded them: an
+            # instrumentation may wrap the arguments it puts on the tool span in its own envelope.
             owner.tool_events[match] = event.model_copy(update={
-                "args": announced.args if call.args is None else event.args,
-                "id": event.id or announced.id})  # the model's call id when the span carries none
+                "args": announced.args if announced.args or call.args is None else event.args,
+                "id": announced.id or event.id})
             return []
         done = self.take(final=False)
         self.pending.append(Step(index=0, kind=StepKind.TOOL_CALL, tool_events=[event],

@@ -38,8 +38,14 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from adapters.common import call_action, safe_decision, with_problem
-from adapters.genai_spans import CHAT_OPERATIONS, SpanSteps, finished_step, operation_of, tool_call_of
-from guardrail.core import spans as tm
+from adapters.genai_spans import (
+    CHAT_OPERATIONS,
+    SpanSteps,
+    finished_step,
+    is_guard_span,
+    operation_of,
+    tool_call_of,
+)
 from guardrail.core.events import Decision, Result, Step, Verdict
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
@@ -91,8 +97,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._roots.setdefault(trace_id, span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._closed or span.name.startswith("guardrail.") or (
-                span.instrumentation_scope is not None and span.instrumentation_scope.name == tm.TRACER_NAME):
+        if self._closed or is_guard_span(span):
             return
         try:
             self._queue.put_nowait(span)

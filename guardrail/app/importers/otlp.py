@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from adapters.genai_spans import (
@@ -42,6 +43,7 @@ from adapters.genai_spans import (
     SpanSteps,
     finished_step,
     first_user_text,
+    is_guard_span,
     operation_of,
     tool_call_of,
 )
@@ -171,34 +173,41 @@ def _status(code: Any, description: Any) -> Status:
 
 
 def _span(trace_id: Any, span_id: Any, parent_id: Any, name: Any, start: Any, end: Any, status: Status,
-          attributes: dict[str, Any]) -> tuple[str, ReadableSpan]:
+          attributes: dict[str, Any], scope: str | None = None) -> tuple[str, ReadableSpan]:
     """(trace key, the span as the SDK's own ReadableSpan: what the live span processor reads)."""
     trace_key, trace_int = _id(trace_id, "trace id")
     _, span_int = _id(span_id, "span id")
     parent = SpanContext(trace_int, _id(parent_id, "parent span id")[1], is_remote=False) if parent_id else None
     return trace_key, ReadableSpan(name=str(name or ""), context=SpanContext(trace_int, span_int, is_remote=False),
                                    parent=parent, attributes=attributes, status=status,
-                                   start_time=_nanos(start, "start time"), end_time=_nanos(end, "end time"))
+                                   start_time=_nanos(start, "start time"), end_time=_nanos(end, "end time"),
+                                   instrumentation_scope=InstrumentationScope(scope) if scope else None)
 
 
 def _otlp_spans(export: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """(where, raw span) of every span in one OTLP JSON export."""
-    for r, resource in enumerate(export.get("resourceSpans") or []):
-        scopes = resource.get("scopeSpans") or resource.get("instrumentationLibrarySpans") or [] \
+    """(where, raw span with its scope's name under ``_scope``) of every span in one OTLP JSON export."""
+    resources = export.get("resourceSpans")
+    if not isinstance(resources, list):
+        raise _BadItem(f"resourceSpans is a {type(resources).__name__}, not a list")
+    for r, resource in enumerate(resources):
+        scopes = (resource.get("scopeSpans") or resource.get("instrumentationLibrarySpans") or []) \
             if isinstance(resource, Mapping) else []
         for s, scope in enumerate(scopes if isinstance(scopes, list) else []):
             spans = scope.get("spans") if isinstance(scope, Mapping) else None
+            about = scope.get("scope") if isinstance(scope, Mapping) else None
+            name = about.get("name") if isinstance(about, Mapping) and isinstance(about.get("name"), str) else None
             for k, raw in enumerate(spans if isinstance(spans, list) else []):
-                yield f"resourceSpans[{r}].scopeSpans[{s}].spans[{k}]", raw
+                yield f"resourceSpans[{r}].scopeSpans[{s}].spans[{k}]", (name, raw)
 
 
-def _read_otlp_span(raw: Any) -> tuple[str, ReadableSpan]:
+def _read_otlp_span(item: Any) -> tuple[str, ReadableSpan]:
+    scope, raw = item
     if not isinstance(raw, Mapping):
         raise _BadItem("not a span object")
     status: Mapping[str, Any] = raw["status"] if isinstance(raw.get("status"), Mapping) else {}
     return _span(raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId"), raw.get("name"),
                  raw.get("startTimeUnixNano"), raw.get("endTimeUnixNano"),
-                 _status(status.get("code"), status.get("message")), _attributes(raw.get("attributes") or []))
+                 _status(status.get("code"), status.get("message")), _attributes(raw.get("attributes") or []), scope)
 
 
 def _read_flat_span(raw: Any) -> tuple[str, ReadableSpan]:
@@ -299,8 +308,11 @@ def _items(path: Path, sink: list[Imported]) -> Iterator[tuple[int | None, str, 
     for number, value in (_lines(path, sink) if json_lines else _whole(path, sink)):
         line, prefix = (number, "") if json_lines else (None, f"item {number}: ")
         if isinstance(value, Mapping) and "resourceSpans" in value:
-            for where, raw in _otlp_spans(value):
-                yield line, prefix + where, _read_otlp_span, raw
+            try:
+                for where, raw in _otlp_spans(value):
+                    yield line, prefix + where, _read_otlp_span, raw
+            except _BadItem as exc:
+                sink.append(problem(str(path), f"{prefix}{exc}: skipped", line))
         elif isinstance(value, Mapping) and ("trace_id" in value or isinstance(value.get("context"), Mapping)):
             yield line, prefix.rstrip(": "), _read_flat_span, value
         else:
@@ -341,7 +353,7 @@ def _collect(paths: Iterable[str | os.PathLike[str]], sink: list[Imported]) -> d
                 conversation = (span.attributes or {}).get(CONVERSATION_ID)
                 if state.conversation is None and isinstance(conversation, str | int) and str(conversation):
                     state.conversation = str(conversation)[:200]
-                if operation_of(span) not in (*CHAT_OPERATIONS, "execute_tool"):
+                if is_guard_span(span) or operation_of(span) not in (*CHAT_OPERATIONS, "execute_tool"):
                     continue
                 why = _content_problem(span)
                 if why is not None and state.problem is None:
