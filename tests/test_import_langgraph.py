@@ -279,3 +279,21 @@ def test_postgres_threads_are_imported_into_a_postgres_store(tmp_path: Path, fre
     imported = step_bodies(fresh_database)
     assert len(imported) == len(live) - 1 and all(episode in live for episode in imported)
     assert {r["episode_id"] for r in runs_json(fresh_database, capsys)} == {*SCRIPTS, "rome#2"} - {"city-4"}
+
+
+def test_without_the_framework_the_import_names_the_extra_and_the_other_sources_still_work(tmp_path: Path):
+    from tests.test_layout import run_without_frameworks
+
+    (tmp_path / "app.db").write_bytes(b"")
+    done = run_without_frameworks("""
+        import sys
+        from adapters.swe_agent import sample_path
+        from guardrail.core.cli import main
+
+        code = main(["import", "langgraph", "--checkpointer", "sqlite:///app.db", "-o", "runs"])
+        print("langgraph", code)
+        print("traj", main(["import", "traj", str(sample_path("swe_agent_v0.traj")), "-o", "runs"]))
+        print("loaded", sorted(n for n in ("langgraph", "langchain_core") if sys.modules.get(n) is not None))
+    """, tmp_path)
+    assert "langgraph 2" in done.stdout and "traj 0" in done.stdout and "loaded []" in done.stdout, done.stderr
+    assert "pip install 'guardrail[langgraph]'" in done.stderr
