@@ -297,3 +297,35 @@ def test_without_the_framework_the_import_names_the_extra_and_the_other_sources_
     """, tmp_path)
     assert "langgraph 2" in done.stdout and "traj 0" in done.stdout and "loaded []" in done.stdout, done.stderr
     assert "pip install 'guardrail[langgraph]'" in done.stderr
+
+
+@pytest.mark.fuzz
+def test_fuzzed_checkpoint_values_never_raise(tmp_path_factory):
+    from hypothesis import assume, given
+    from hypothesis import strategies as st
+
+    from guardrail.app.importers import langgraph_episodes
+    from guardrail.core.corpus import CorpusIssue
+    from guardrail.core.events import Episode
+    from tests.fuzzing import FUZZ, json_values, nasty_text
+
+    calls = st.lists(st.fixed_dictionaries({"name": nasty_text, "args": st.dictionaries(nasty_text, json_values,
+                                                                                        max_size=3),
+                                            "id": nasty_text}), max_size=2)
+    messages = st.lists(st.builds(HumanMessage, content=nasty_text)
+                        | st.builds(lambda c, t: AIMessage(content=c, tool_calls=t), nasty_text, calls)
+                        | json_values, max_size=6)
+
+    @FUZZ
+    @given(st.one_of(messages, json_values))
+    def check(value: Any) -> None:
+        database = tmp_path_factory.mktemp("fuzz") / "app.db"
+        with SqliteSaver.from_conn_string(str(database)) as saver:
+            try:
+                put(saver, "t", {"messages": value})
+            except (TypeError, ValueError, UnicodeError):
+                assume(False)  # LangGraph itself cannot store it: nothing for an importer to read
+        items = list(langgraph_episodes(f"sqlite:///{database}"))
+        assert len(items) >= 1 and all(isinstance(item, Episode | CorpusIssue) for item in items)
+
+    check()

@@ -376,3 +376,48 @@ def test_missing_files_and_stores_are_clear_errors(tmp_path: Path, capsys):
     (tmp_path / "spans.jsonl").write_text("")
     code, _, err = import_otlp(capsys, str(tmp_path / "spans.jsonl"), "-o", "mysql://x/y")
     assert code == 2 and "unknown store URL" in err
+
+
+# ----------------------------------------------------------------------------- fuzz
+def _otlp_exports() -> Any:
+    from hypothesis import strategies as st
+
+    from tests.fuzzing import json_values, nasty_text
+
+    keys = st.sampled_from(["gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id",
+                            "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.output.messages",
+                            "gen_ai.input.messages", "gen_ai.conversation.id", "gen_ai.usage.output_tokens"]) | nasty_text
+    strings = st.sampled_from(["chat", "execute_tool", '[{"role": "assistant", "parts": [{"type": "tool_call"}]}]',
+                               '{"q": 1}']) | nasty_text | json_values.map(json.dumps)
+    any_value = (st.builds(lambda v: {"stringValue": v}, strings) | st.builds(lambda v: {"intValue": v}, json_values)
+                 | st.builds(lambda v: {"kvlistValue": {"values": v}}, st.lists(json_values, max_size=3)) | json_values)
+    ids = st.sampled_from(["ab" * 16, "cd" * 8, "q83v", ""]) | json_values
+    span = st.fixed_dictionaries({"traceId": ids, "spanId": ids, "name": st.sampled_from(["chat m", "execute_tool t"])
+                                  | nasty_text, "startTimeUnixNano": json_values, "endTimeUnixNano": json_values,
+                                  "status": json_values,
+                                  "attributes": st.lists(st.fixed_dictionaries({"key": keys, "value": any_value}),
+                                                         max_size=5) | json_values})
+    scope = st.fixed_dictionaries({"scope": json_values, "spans": st.lists(span, max_size=3) | json_values})
+    export = st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dictionaries(
+        {"scopeSpans": st.lists(scope, max_size=2) | json_values}), max_size=2) | json_values})
+    return st.lists(export | json_values, min_size=1, max_size=5)
+
+
+@pytest.mark.fuzz
+def test_fuzzed_span_files_never_raise_and_every_line_is_accounted_for(tmp_path_factory):
+    from hypothesis import given
+
+    from guardrail.app.importers import otlp_episodes
+    from guardrail.core.corpus import CorpusIssue
+    from guardrail.core.events import Episode
+    from tests.fuzzing import FUZZ
+
+    @FUZZ
+    @given(_otlp_exports())
+    def check(values: list[Any]) -> None:
+        path = tmp_path_factory.mktemp("fuzz") / "spans.jsonl"
+        path.write_text("\n".join(json.dumps(v) for v in values) + "\n")
+        items = list(otlp_episodes([path]))
+        assert all(isinstance(item, Episode | CorpusIssue) for item in items)
+
+    check()
