@@ -15,7 +15,9 @@ import asyncio
 import base64
 import io
 import json
-from collections.abc import Iterator, Sequence
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,8 @@ from adapters.span_processor import GuardSpanProcessor
 from guardrail import Guard
 from guardrail.core.cli import main
 from guardrail.core.runstore import open_store
+
+REPO = Path(__file__).resolve().parents[1]
 
 encoder = pytest.importorskip("opentelemetry.exporter.otlp.proto.common.trace_encoder",
                               reason="the OTLP encoder comes with guardrail[scale]")
@@ -76,7 +80,8 @@ class Switch(SpanProcessor):
 
 
 SWITCH = Switch()
-trace.get_tracer_provider().add_span_processor(SWITCH)  # type: ignore[attr-defined]
+if hasattr(trace.get_tracer_provider(), "add_span_processor"):  # the SDK provider conftest installed (not in a child)
+    trace.get_tracer_provider().add_span_processor(SWITCH)  # type: ignore[attr-defined]
 
 
 def live_processor(store: str) -> tuple[Guard, GuardSpanProcessor]:
@@ -176,19 +181,6 @@ def test_autogen_spans_from_an_otlp_file_are_the_steps_the_live_processor_record
 
 
 # ----------------------------------------------------------------------------- opentelemetry-instrumentation-langchain
-@pytest.fixture
-def langchain_instrumented() -> Iterator[tuple[TracerProvider, Any]]:
-    instrumentation = pytest.importorskip("opentelemetry.instrumentation.langchain",
-                                          reason="opentelemetry-instrumentation-langchain is not installed")
-    provider = TracerProvider()
-    instrumentor = instrumentation.LangchainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        yield provider, instrumentor
-    finally:
-        instrumentor.uninstrument()
-
-
 def run_langchain_agent(cities: Sequence[str]) -> None:
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -218,15 +210,18 @@ def run_langchain_agent(cities: Sequence[str]) -> None:
         agent.invoke({"messages": [{"role": "user", "content": f"How warm is {city} in Fahrenheit?"}]})
 
 
-def test_langchain_instrumentation_spans_import_with_the_results_the_model_read(tmp_path: Path, capsys,
-                                                                                  langchain_instrumented):
-    provider, _ = langchain_instrumented
-    otlp_file, console_file = tmp_path / "spans.jsonl", tmp_path / "console.json"
-    live = f"sqlite:///{tmp_path / 'live.db'}"
-    console = console_file.open("w", encoding="utf-8")
-    guard, processor = live_processor(live)
-    for sink in (SimpleSpanProcessor(OtlpJsonLines(otlp_file)), SimpleSpanProcessor(ConsoleSpanExporter(out=console)),
-                 processor):
+def record_instrumented_langchain(directory: Path) -> None:
+    """In a process of its own (the instrumentation patches LangChain for the whole process, past `uninstrument`):
+    the agent instrumented by opentelemetry-instrumentation-langchain, its spans written as OTLP JSON lines and by the
+    SDK's ConsoleSpanExporter, and fed live through `GuardSpanProcessor` into a recording Guard."""
+    from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+
+    provider = TracerProvider()
+    LangchainInstrumentor().instrument(tracer_provider=provider)
+    console = (directory / "console.json").open("w", encoding="utf-8")
+    guard, processor = live_processor(f"sqlite:///{directory / 'live.db'}")
+    for sink in (SimpleSpanProcessor(OtlpJsonLines(directory / "spans.jsonl")),
+                 SimpleSpanProcessor(ConsoleSpanExporter(out=console)), processor):
         provider.add_span_processor(sink)
     try:
         run_langchain_agent(["Paris", "Rome"])
@@ -234,6 +229,16 @@ def test_langchain_instrumentation_spans_import_with_the_results_the_model_read(
         provider.shutdown()
         console.close()
         guard.close()
+
+
+def test_langchain_instrumentation_spans_import_with_the_results_the_model_read(tmp_path: Path, capsys):
+    pytest.importorskip("opentelemetry.instrumentation.langchain",
+                        reason="opentelemetry-instrumentation-langchain is not installed")
+    done = subprocess.run([sys.executable, "-c", "from pathlib import Path; from tests.test_import_otlp import "
+                           f"record_instrumented_langchain as run; run(Path({str(tmp_path)!r}))"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    otlp_file, console_file, live = tmp_path / "spans.jsonl", tmp_path / "console.json", f"sqlite:///{tmp_path / 'live.db'}"
 
     imported = f"sqlite:///{tmp_path / 'imported.db'}"
     code, out, err = import_otlp(capsys, str(otlp_file), "-o", imported)

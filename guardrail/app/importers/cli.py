@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 
-from guardrail.app.importers.store import Imported, ImportReport, import_into
+from guardrail.app.importers.store import Imported, ImportReport, import_into, safe_url
 from guardrail.core.cliutil import Command, emit_json
 from guardrail.core.runstore import StoreError
 
@@ -43,7 +43,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _items(args: argparse.Namespace) -> tuple[Callable[[], Iterator[Imported]], str, dict[str, str]]:
     """What to read, what the episodes say they were imported from, and the source to stamp on them."""
     if args.source == "langgraph":
-        from guardrail.app.importers.langgraph import langgraph_episodes, safe_url
+        from guardrail.app.importers.langgraph import langgraph_episodes
 
         return (lambda: langgraph_episodes(args.checkpointer)), "langgraph", {"source": safe_url(args.checkpointer)}
     if args.source == "otlp":
@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"guardrail import {args.source}: {exc}\n")
         return 2
     except Exception as exc:  # noqa: BLE001 - the store refused a write: say so, no traceback
-        sys.stderr.write(f"guardrail import {args.source}: writing to {args.output} failed: "
+        sys.stderr.write(f"guardrail import {args.source}: writing to {safe_url(args.output)} failed: "
                          f"{type(exc).__name__}: {str(exc)[:300]}\n")
         return 2
     _print(report, args)

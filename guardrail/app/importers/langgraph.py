@@ -24,15 +24,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 from adapters.steps import content_text, steps_from_langchain
-from guardrail.app.importers.store import MAX_EPISODE_ID_CHARS, Imported, nesting_exceeds, problem
+from guardrail.app.importers.store import MAX_EPISODE_ID_CHARS, Imported, nesting_exceeds, problem, safe_url
 from guardrail.core.corpus import MAX_DEPTH
 from guardrail.core.events import Episode
 from guardrail.core.runstore.sql import sqlite_path
 
-__all__ = ["MAX_MESSAGES", "CheckpointerError", "langgraph_episodes", "safe_url"]
+__all__ = ["MAX_MESSAGES", "CheckpointerError", "langgraph_episodes"]
 
 MAX_MESSAGES = 10_000  # a thread with more messages is refused (its steps would pass any store's cap)
 FRAMEWORK = "langgraph"  # what GuardMiddleware records
@@ -42,18 +42,6 @@ _THREADS_SQL = ("SELECT thread_id FROM checkpoints WHERE checkpoint_ns = '' GROU
 
 class CheckpointerError(Exception):
     """A checkpointer that cannot be read at all (no such database, no LangGraph tables, a missing driver)."""
-
-
-def safe_url(url: str) -> str:
-    """`url` without its password, to print (a PostgreSQL URL often carries one)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" if parts.username else host
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _strict_serde() -> Any:

@@ -6,13 +6,15 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from guardrail.core.corpus import MAX_DEPTH, CorpusIssue
 from guardrail.core.events import Episode
 from guardrail.core.runstore import RunStore, episode_ops, open_store, write_episodes
 from guardrail.core.runstore.base import DEFAULT_MAX_STEPS
 
-__all__ = ["MAX_EPISODE_ID_CHARS", "MAX_STEPS", "ImportReport", "Imported", "import_into", "nesting_exceeds", "problem"]
+__all__ = ["MAX_EPISODE_ID_CHARS", "MAX_STEPS", "ImportReport", "Imported", "import_into", "nesting_exceeds", "problem",
+           "safe_url"]
 
 MAX_STEPS = DEFAULT_MAX_STEPS  # an imported episode with more steps is refused (a recorded one stores no more)
 MAX_EPISODE_ID_CHARS = 512
@@ -24,6 +26,18 @@ Imported = Episode | CorpusIssue  # what every reader yields: an episode, or one
 def problem(where: str, message: str, line: int | None = None) -> CorpusIssue:
     """One problem with one item (a thread, a line, a span, a file): what was left out and why."""
     return CorpusIssue(where, line, message)
+
+
+def safe_url(url: str) -> str:
+    """`url` without its password, to print (a PostgreSQL URL often carries one)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" if parts.username else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def nesting_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -94,7 +108,7 @@ def import_into(store: RunStore | str | os.PathLike[str], items: Iterable[Import
     unlabelled and redacted like recorded runs; each problem (from the reader, or an episode refused here) is
     listed, never raised. The store itself failing (cannot open, cannot write) raises."""
     target = open_store(store)  # type: ignore[arg-type]  # a path-like opens as a directory store
-    report = ImportReport(store=target.url)
+    report = ImportReport(store=safe_url(target.url))
     stamp = {"imported_from": imported_from, **(meta or {})}
     batch: list[Episode] = []
     seen: set[str] = set()
