@@ -8,6 +8,7 @@ __all__ = ["TABLE"]
 TABLE: dict[str, CommandSpec] = {
     "inspect": CommandSpec("guardrail.core.inspect_cli:INSPECT", "list a corpus's episodes, labels and corrupt lines"),
     "runs": CommandSpec("guardrail.core.runstore.cli:RUNS", "list a run store's recorded episodes"),
+    "import": CommandSpec("guardrail.app.importers.cli:IMPORT", "import LangGraph threads, OTLP spans, agent trajectories"),
     "label": CommandSpec("guardrail.core.runstore.cli:LABEL", "label recorded episodes (healthy, failed, yours)"),
     "check": CommandSpec("guardrail.gate.cli:CHECK", "gate one proposed action (or a batch) against a workspace"),
     "fit": CommandSpec("monitors.cli:FIT", "fit the step monitor on healthy episodes"),
