@@ -148,7 +148,7 @@ def test_sqlite_threads_are_imported_as_the_live_guard_recorded_them(tmp_path: P
 
     # The user's loop on what was imported: label the clean runs, fit a spec from them.
     capsys.readouterr()
-    assert main(["label", imported, "--clean-as", "healthy"]) == 0
+    assert main(["label", imported, "--clean-as", "healthy", "--include-imported"]) == 0
     assert f"labelled {len(SCRIPTS) + 1} clean unlabelled episode(s)" in capsys.readouterr().out
     assert main(["fit-spec", imported, "-o", str(tmp_path / "spec.json")]) == 0, capsys.readouterr().err
     spec = json.loads((tmp_path / "spec.json").read_text())

@@ -175,7 +175,7 @@ def test_autogen_spans_from_an_otlp_file_are_the_steps_the_live_processor_record
     assert first[0]["tool_events"][0]["is_error"] is True  # Atlantis raised inside AutoGen's tool span
 
     capsys.readouterr()
-    assert main(["label", imported, "--clean-as", "healthy"]) == 0
+    assert main(["label", imported, "--clean-as", "healthy", "--include-imported"]) == 0
     assert main(["fit-spec", imported, "-o", str(tmp_path / "spec.json")]) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "spec.json").read_text())
 

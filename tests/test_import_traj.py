@@ -61,7 +61,9 @@ def test_sample_trajectories_are_imported_through_the_adapters_parsers(tmp_path:
                [[e.model_dump() for e in s.tool_events] for s in parsed.steps]
         assert episode.task == parsed.task and episode.meta["imported_from"] == "trajectory"
 
-    assert run(capsys, "label", store, "--clean-as", "healthy")[0] == 0
+    code, out, err = run(capsys, "label", store, "--clean-as", "healthy")
+    assert code == 0 and "labelled 0" in out and "imported episode(s) left unlabelled" in err  # never judged
+    assert run(capsys, "label", store, "--clean-as", "healthy", "--include-imported")[0] == 0
     code, _, err = run(capsys, "fit-spec", store, "-o", str(tmp_path / "spec.json"))
     assert code == 0, err
     spec = json.loads((tmp_path / "spec.json").read_text())

@@ -30,9 +30,12 @@ def _open(location: str, command: str) -> object | None:
         return None
 
 
-def clean_episodes(summaries: Sequence[RunSummary]) -> list[RunSummary]:
-    """Unlabelled episodes that finished with no finding at warning or above (repair attempts left out)."""
+def clean_episodes(summaries: Sequence[RunSummary], *, include_imported: bool = False) -> list[RunSummary]:
+    """Unlabelled episodes a guard watched that finished with no finding at warning or above. Repair attempts are
+    left out, and imported traces unless `include_imported`: no guard judged an imported run while it ran, so its
+    having no finding says nothing by itself."""
     return [s for s in summaries if s.label == UNLABELLED and s.status == "complete" and s.repair_of is None
+            and (include_imported or s.imported_from is None)
             and not any(_ORDER.get(f.severity, _WARN) >= _WARN for f in s.findings)]
 
 
@@ -88,6 +91,8 @@ def _label_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the label: {HEALTHY!r}, 'failed' or any label of yours")
     parser.add_argument("--clean-as", dest="clean_as", metavar="LABEL",
                         help="label every unlabelled episode that finished with no finding at warning or above")
+    parser.add_argument("--include-imported", action="store_true",
+                        help="with --clean-as: imported traces too (no guard judged them; verify them first)")
     parser.add_argument("--json", action="store_true", help="print what was labelled as one JSON object")
 
 
@@ -114,8 +119,13 @@ def _run_label(args: argparse.Namespace) -> int:
             missing = store.set_labels(wanted)  # type: ignore[attr-defined]
         else:
             summaries = store.summaries(problems)  # type: ignore[attr-defined]
-            wanted = {s.episode_id: label for s in clean_episodes(summaries)}
+            wanted = {s.episode_id: label for s in clean_episodes(summaries, include_imported=args.include_imported)}
             missing = store.set_labels(wanted) if wanted else []  # type: ignore[attr-defined]
+            imported = sum(1 for s in summaries if s.label == UNLABELLED and s.imported_from is not None)
+            if imported and not args.include_imported:
+                sys.stderr.write(f"guardrail label: {imported} imported episode(s) left unlabelled: no guard judged "
+                                 "them; run `guardrail verify` on the store, then label them by id or with "
+                                 "--include-imported\n")
     labelled = [e for e in wanted if e not in missing]
     for episode_id in missing:
         sys.stderr.write(f"guardrail label: no episode {episode_id!r} in {args.store}\n")

@@ -90,6 +90,7 @@ class RunSummary(_Record):
     started_at: str | None = None
     finished_at: str | None = None
     repair_of: str | None = None  # a repair attempt (or fork) of that episode: it replays a run from a checkpoint
+    imported_from: str | None = None  # a trace imported from elsewhere (no guard judged it while it ran)
 
     @property
     def finished(self) -> bool:
