@@ -216,7 +216,7 @@ async def run_autogen(guard: Any, seed: int, shop: Shop) -> str:
 
     from adapters.autogen import AutoGenGuard
 
-    guarded = AutoGenGuard(guard)
+    guarded = AutoGenGuard(guard, task=task_text(seed))
     agent = AssistantAgent("orders", model_client=guarded.model_client(OrderClient(seed)),
                            workbench=guarded.workbench(shop.autogen_tools()), max_tool_iterations=5)
     result = await agent.run(task=task_text(seed))
