@@ -18,9 +18,7 @@ from guardrail.core.fileio import sha256_file
 from guardrail.core.otlp import configure_metrics
 from guardrail.core.runstore import open_store
 from monitors.model_file import load_monitor
-from tests.operate_agents import Shop, run_autogen, run_langchain
-
-FIT_RUNS = 40
+from tests.operate_agents import Shop, fitted_models, run_autogen, run_langchain
 
 
 def _label_all(store: str, label: str = "healthy") -> None:
@@ -30,19 +28,7 @@ def _label_all(store: str, label: str = "healthy") -> None:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """monitor.npz (the default monitor) and next.npz (another preset) fitted on healthy runs of both frameworks."""
-    root = tmp_path_factory.mktemp("operate")
-    store = f"sqlite:///{root / 'fit.db'}"
-    guard = Guard.default(record=store)
-    for seed in range(FIT_RUNS // 2):
-        run_langchain(guard, seed, Shop())
-    for seed in range(FIT_RUNS // 2, FIT_RUNS):
-        asyncio.run(run_autogen(guard, seed, Shop()))
-    guard.close()
-    assert main(["label", store, "--clean-as", "healthy"]) == 0
-    assert main(["fit", store, "-o", str(root / "monitor.npz"), "--quiet"]) == 0
-    assert main(["fit", store, "-o", str(root / "next.npz"), "--monitor", "hybrid", "--quiet"]) == 0
-    return root
+    return fitted_models(tmp_path_factory)
 
 
 def _deployment(tmp_path: Path, models: Path, **extra: str) -> Path:

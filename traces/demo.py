@@ -289,7 +289,8 @@ def _report(out: Path, monitor: Any, healthy: list[Episode], monitored: Episode,
     write_corpus(out / "corpus", episodes, name="demo", generator={"tool": "guardrail demo"})
     data = ReportData(title="guardrail demo", threshold=float(monitor.threshold_),
                       rows=[_row("demo", e, monitor, None) for e in episodes],
-                      gate_findings=scenes["gate"]["findings"])
+                      gate_findings=scenes["gate"]["findings"],
+                      other_findings=[("verifier scene", f) for f in scenes["verifier"]["findings"]])
     verifier = scenes["verifier"]
     catch_table = _table([{"check": f.check, "step": f.step, "message": f.message, "hint": f.hint}
                           for f in verifier["findings"]], ["check", "step", "message", "hint"])

@@ -176,8 +176,10 @@ class ShadowLayer(Layer):
     def _record(self, ctx: EpisodeContext, step_index: int | None, findings: list[Finding],
                 score: float | None, failed: str | None = None) -> dict[str, Any]:
         with ctx.lock:
-            run = ctx.shadow.setdefault(self._name, {"versions": self.inner.versions(), "findings": [],
-                                                     "alarm_step": None, "max_score": None, "errors": 0})
+            run = ctx.shadow.get(self._name)
+            if run is None:
+                run = ctx.shadow[self._name] = {"versions": self.inner.versions(), "findings": [], "alarm_step": None,
+                                                "max_score": None, "errors": 0, "threshold": self._threshold(ctx)}
             for finding in findings:
                 if len(run["findings"]) < _SHADOW_FINDINGS:
                     run["findings"].append(_finding_brief(finding))
@@ -189,6 +191,13 @@ class ShadowLayer(Layer):
                 run["errors"] += 1
                 run["last_error"] = failed
             return run
+
+    def _threshold(self, ctx: EpisodeContext) -> float | None:
+        """The candidate monitor's alarm threshold (its scores are on its own scale), when it has one."""
+        layer = ctx.state(self.inner) if isinstance(self.inner, WatchedLayer) else self.inner
+        value = getattr(getattr(layer, "model", None), "threshold_", None)
+        return float(value) if isinstance(value, int | float) and value == value and abs(value) != float("inf") \
+            else None
 
     def _run(self, ctx: EpisodeContext, hook: str, *args: Any) -> tuple[list[Finding], float | None, str | None]:
         try:
