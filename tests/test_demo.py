@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from html.parser import HTMLParser
 
 import pytest
 
@@ -63,27 +62,18 @@ def test_spans_json_holds_the_guard_spans_under_their_agent_span(demo):
     assert any(s["name"] == "guardrail.monitor" and "guardrail.score" in s["attributes"] for s in spans)
 
 
-class _Images(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.sources: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "img":
-            self.sources.append(dict(attrs)["src"])
-
-
-def test_report_html_links_png_plots_that_exist(demo):
+def test_report_opens_every_episode_and_lists_the_verifier_catch_it_shows(demo):
     out, summary = demo
     page = out / "report" / "index.html"
-    parser = _Images()
-    parser.feed(page.read_text())
+    text = page.read_text()
+    site = json.loads((out / "report" / "site.json").read_text())
 
     assert summary["report"] == str(page)
-    assert parser.sources
-    for source in parser.sources:
-        assert (page.parent / source).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "Rollback repair" in page.read_text() and "Gate warnings" in page.read_text()
+    assert all((out / "report" / e["page"]).is_file() for e in site["episodes"])
+    assert text.count("<svg class='spark'") == len(site["episodes"])  # every stream drawn, none left out
+    assert "Rollback repair" in text and "Verifier catch" in text
+    outside = text[text.index("Findings outside these episodes"):]
+    assert "total_consistency" in outside and "verifier scene" in outside  # no "none" under its own catch
     assert (out / "monitor.npz").is_file() and (out / "corpus" / "manifest.json").is_file()
 
 
