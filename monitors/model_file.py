@@ -137,8 +137,9 @@ def load_monitor(path: str | os.PathLike[str]) -> StepMonitor:
                              "`guardrail fit`") from exc
     monitor.n_train_ = int(header.get("n_train") or 0)
     monitor.n_val_ = int(header.get("n_val") or 0)
-    maxima = arrays.get("calibration.maxima")  # absent from files written before drift checks existed
-    monitor.calibration_maxima_ = None if maxima is None or maxima.ndim != 1 else np.sort(maxima)
+    # Absent from files written before drift checks existed.
+    found = arrays.get("calibration.maxima")
+    monitor.calibration_maxima_ = np.sort(found) if found is not None and found.ndim == 1 else None
     return monitor
 
 

@@ -136,7 +136,8 @@ class StepMonitor:
                 warnings.simplefilter("always")
                 self.set_calibration(conformal_threshold(self.hybrid_.oof_maxima_, self.beta, "crossfit"))
             # The calibration set itself: what a new healthy run's conformal p-value is computed against (drift).
-            self.calibration_maxima_ = np.sort(self.hybrid_.oof_maxima_[np.isfinite(self.hybrid_.oof_maxima_)])
+            self.calibration_maxima_: np.ndarray | None = np.sort(
+                self.hybrid_.oof_maxima_[np.isfinite(self.hybrid_.oof_maxima_)])
             # Said when the threshold is first used, not here: a `calibrate` that follows replaces it.
             self._weak_calibration = str(caught[0].message) if caught else None
         return self

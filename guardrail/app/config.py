@@ -56,81 +56,81 @@ class _Section(BaseModel):
 class GateSection(_Section):
     """Layer 1, the StateMirror gate: always on unless disabled (it holds every call to its tool's schema)."""
 
-    enabled: bool = Field(True, description="false switches the gate off")
-    workspace: str | None = Field(None, description="the repository the agent works in (probed read-only)")
-    python: str | None = Field(None, description="the agent's interpreter, for import checks (default: this one)")
-    budget_ms: float | None = Field(None, gt=0, le=60_000, description="hard deadline of one gate decision, in ms "
+    enabled: bool = Field(default=True, description="false switches the gate off")
+    workspace: str | None = Field(default=None, description="the repository the agent works in (probed read-only)")
+    python: str | None = Field(default=None, description="the agent's interpreter, for import checks (default: this one)")
+    budget_ms: float | None = Field(default=None, gt=0, le=60_000, description="hard deadline of one gate decision, in ms "
                                                                       "(default 250)")
 
 
 class ConsistencySection(_Section):
     """Layer 2, self-consistency over N sampled plans (its sandbox tools are given in code: from_config(sandbox=...))."""
 
-    enabled: bool = Field(True, description="false switches self-consistency off")
-    n: int | None = Field(None, ge=2, le=64, description="plans sampled per step (needs sandbox= in code)")
+    enabled: bool = Field(default=True, description="false switches self-consistency off")
+    n: int | None = Field(default=None, ge=2, le=64, description="plans sampled per step (needs sandbox= in code)")
 
 
 class MonitorSection(_Section):
     """Layer 3, the step monitor."""
 
-    enabled: bool = Field(True, description="false switches the monitor off")
-    model: str | None = Field(None, description="the fitted model file (guardrail fit)")
-    shadow_model: str | None = Field(None, description="a candidate model scored beside the live one, never acting")
+    enabled: bool = Field(default=True, description="false switches the monitor off")
+    model: str | None = Field(default=None, description="the fitted model file (guardrail fit)")
+    shadow_model: str | None = Field(default=None, description="a candidate model scored beside the live one, never acting")
 
 
 class VerifierSection(_Section):
     """Layer 4, the deterministic verifiers."""
 
-    enabled: bool = Field(True, description="false switches the verifiers off")
-    spec: str | None = Field(None, description="a spec file (guardrail fit-spec) or a shipped spec's name")
-    shadow_spec: str | None = Field(None, description="a candidate spec run beside the live one, never acting")
+    enabled: bool = Field(default=True, description="false switches the verifiers off")
+    spec: str | None = Field(default=None, description="a spec file (guardrail fit-spec) or a shipped spec's name")
+    shadow_spec: str | None = Field(default=None, description="a candidate spec run beside the live one, never acting")
 
 
 class RepairSection(_Section):
     """Layer 5, repair (the checkpointer is given in code: from_config(checkpointer=...))."""
 
-    enabled: bool = Field(False, description="true carries a Repairer (inline repair in the LangChain middleware)")
-    max_attempts: int | None = Field(None, ge=1, le=10, description="repair attempts per run")
+    enabled: bool = Field(default=False, description="true carries a Repairer (inline repair in the LangChain middleware)")
+    max_attempts: int | None = Field(default=None, ge=1, le=10, description="repair attempts per run")
 
 
 class ToolsSection(_Section):
     """The tools' argument schemas, when the agent's framework tools are not handed to the guard in code."""
 
-    schemas: str | None = Field(None, description="a JSON file: {name: JSON schema} or a list of OpenAI-style tools")
+    schemas: str | None = Field(default=None, description="a JSON file: {name: JSON schema} or a list of OpenAI-style tools")
 
 
 class RecordSection(_Section):
     """The run store every episode is recorded into."""
 
-    store: str | None = Field(None, description="a directory, sqlite:///PATH or postgresql://...")
-    redact: bool = Field(True, description="mask secrets in every stored string")
-    max_queue: int | None = Field(None, ge=1, le=10_000_000, description="recorder queue bound (a full queue drops)")
-    max_steps: int | None = Field(None, ge=1, le=1_000_000, description="steps one episode may store")
-    finish_timeout_s: float | None = Field(None, ge=0, le=600, description="how long an episode's end waits for "
+    store: str | None = Field(default=None, description="a directory, sqlite:///PATH or postgresql://...")
+    redact: bool = Field(default=True, description="mask secrets in every stored string")
+    max_queue: int | None = Field(default=None, ge=1, le=10_000_000, description="recorder queue bound (a full queue drops)")
+    max_steps: int | None = Field(default=None, ge=1, le=1_000_000, description="steps one episode may store")
+    finish_timeout_s: float | None = Field(default=None, ge=0, le=600, description="how long an episode's end waits for "
                                                                           "the store")
 
 
 class CaptureSection(_Section):
     """What goes on spans."""
 
-    content: bool = Field(False, description="put tool arguments, results and finding messages on spans "
+    content: bool = Field(default=False, description="put tool arguments, results and finding messages on spans "
                                              "(redacted, capped)")
 
 
 class AlarmSection(_Section):
     """What a monitor alarm does."""
 
-    on_alarm: str | None = Field(None, description="the alarm policy, passed to Guard.default(on_alarm=...)")
+    on_alarm: str | None = Field(default=None, description="the alarm policy, passed to Guard.default(on_alarm=...)")
 
 
 class TelemetrySection(_Section):
     """OpenTelemetry export over OTLP/HTTP (the standard OTEL_EXPORTER_OTLP_* variables also work)."""
 
-    otlp_endpoint: str | None = Field(None, description="collector base URL, e.g. http://collector:4318")
-    service_name: str = Field("guardrail", min_length=1, max_length=200)
-    traces: bool = Field(True, description="export spans")
-    metrics: bool = Field(True, description="export metrics")
-    metrics_interval_ms: int = Field(10_000, ge=100, le=3_600_000)
+    otlp_endpoint: str | None = Field(default=None, description="collector base URL, e.g. http://collector:4318")
+    service_name: str = Field(default="guardrail", min_length=1, max_length=200)
+    traces: bool = Field(default=True, description="export spans")
+    metrics: bool = Field(default=True, description="export metrics")
+    metrics_interval_ms: int = Field(default=10_000, ge=100, le=3_600_000)
 
 
 class DeployConfig(_Section):
@@ -138,22 +138,22 @@ class DeployConfig(_Section):
 
     model_config = ConfigDict(extra="forbid", title="guardrail.toml")
 
-    version: Literal[1] = Field(1, description="the file format version")
-    mode: Literal["report", "intervene"] = Field("report", description="report: record only; intervene: block "
+    version: Literal[1] = Field(default=1, description="the file format version")
+    mode: Literal["report", "intervene"] = Field(default="report", description="report: record only; intervene: block "
                                                                         "and repair")
-    fail: Literal["open", "closed"] = Field("open", description="open: a failing layer lets the agent go on; "
+    fail: Literal["open", "closed"] = Field(default="open", description="open: a failing layer lets the agent go on; "
                                                                  "closed: it blocks")
-    watch: bool = Field(True, description="swap in a changed model or spec file at episode start")
-    gate: GateSection = Field(default_factory=GateSection)
-    consistency: ConsistencySection = Field(default_factory=ConsistencySection)
-    monitor: MonitorSection = Field(default_factory=MonitorSection)
-    verifier: VerifierSection = Field(default_factory=VerifierSection)
-    repair: RepairSection = Field(default_factory=RepairSection)
-    tools: ToolsSection = Field(default_factory=ToolsSection)
-    record: RecordSection = Field(default_factory=RecordSection)
-    capture: CaptureSection = Field(default_factory=CaptureSection)
-    alarm: AlarmSection = Field(default_factory=AlarmSection)
-    telemetry: TelemetrySection = Field(default_factory=TelemetrySection)
+    watch: bool = Field(default=True, description="swap in a changed model or spec file at episode start")
+    gate: GateSection = GateSection()
+    consistency: ConsistencySection = ConsistencySection()
+    monitor: MonitorSection = MonitorSection()
+    verifier: VerifierSection = VerifierSection()
+    repair: RepairSection = RepairSection()
+    tools: ToolsSection = ToolsSection()
+    record: RecordSection = RecordSection()
+    capture: CaptureSection = CaptureSection()
+    alarm: AlarmSection = AlarmSection()
+    telemetry: TelemetrySection = TelemetrySection()
 
     # Filled by load_config: where relative paths are read from, and which keys the environment set.
     _base: Path = Path(".")
@@ -251,10 +251,10 @@ def _problem(error: Mapping[str, Any]) -> str:
 
 
 def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    if not os.path.lexists(path):
+        return None, ["no such file"]
     try:
         data = read_regular(path, MAX_CONFIG_BYTES, "deployment file")
-    except FileNotFoundError:
-        return None, ["no such file"]
     except (OSError, UnsafeFile, ValueError) as exc:
         return None, [f"cannot read it: {exc}"]
     try:
@@ -286,8 +286,8 @@ def _load(path: str | os.PathLike[str], environ: Mapping[str, str] | None) -> tu
         config = DeployConfig.model_validate(raw)
     except ValidationError as exc:
         by_path = {path: variable for variable, path in env_variables().items() if variable in applied}
-        return None, [_problem(e) + (f" (set by {by_path[tuple(e['loc'])]})" if tuple(e["loc"]) in by_path else "")
-                      for e in exc.errors()]
+        return None, [_problem(e) + (f" (set by {by_path[loc]})" if (loc := tuple(str(p) for p in e["loc"])) in by_path
+                                     else "") for e in exc.errors()]
     config._base = Path(os.fspath(path)).resolve().parent
     config._from_env = tuple(applied)
     return config, []

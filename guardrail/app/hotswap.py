@@ -100,6 +100,9 @@ class WatchedLayer(Layer):
         if new_sha == self.sha256:
             self._stat = key  # touched, not changed
             return None
+        if self._refused is not None and self._refused[1] == new_sha:
+            self._refused = (key, new_sha)  # the same refused bytes touched again
+            return None
         try:
             layer = self._build(self.path)
         except Exception as exc:  # noqa: BLE001 - any refusal of the new file keeps the old layer

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrail.app.site import SiteData, SiteEpisode, write_site
+from guardrail.app.site import SiteData, SiteEpisode, as_dict, write_site
 from guardrail.core.cliutil import Command, emit_json, progress
 from guardrail.core.events import Episode, Finding, Step, StepKind
 
@@ -77,7 +77,7 @@ def _finding_dict(finding: Any) -> dict[str, Any]:
 def site_episode(source: str, episode: Episode, model: Any = None, findings: Sequence[Any] = (),
                  model_sha256: str | None = None) -> SiteEpisode:
     """One episode for the site: the live guard's recorded scores, and with `model` every detector and channel."""
-    run = episode.meta.get("run") if isinstance(episode.meta.get("run"), dict) else {}
+    run = as_dict(episode.meta.get("run"))
     recorded = _recorded_scores(episode)
     out = SiteEpisode(source=source, episode=episode, shadow_scores=_shadow_scores(episode))
     out.findings = [_finding_dict(f) for f in [*run.get("findings", []), *findings] if isinstance(f, dict | Finding)]

@@ -22,7 +22,7 @@ from guardrail.app.svg import PALETTE, SHADOW_COLOR, Series, bar_chart, line_plo
 from guardrail.core.events import Episode, Step
 from guardrail.core.fileio import atomic_write_text
 
-__all__ = ["MAX_PAGES", "SiteData", "SiteEpisode", "episode_file", "write_site"]
+__all__ = ["MAX_PAGES", "SiteData", "SiteEpisode", "as_dict", "episode_file", "write_site"]
 
 MAX_PAGES = 2000  # episode pages written; the rest are listed on the index only
 MAX_STEPS_SHOWN = 1000
@@ -110,6 +110,11 @@ class SiteData:
     other_findings: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (where, finding) off-episode
     sections: list[tuple[str, str]] = field(default_factory=list)  # (title, trusted HTML)
     notes: list[str] = field(default_factory=list)
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """`value` when it is a dict, else an empty one (recorded meta is outside input)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _esc(value: Any) -> str:
@@ -250,8 +255,8 @@ def _finding_html(finding: Mapping[str, Any]) -> str:
 
 
 def _step_html(step: Step, findings: Sequence[Mapping[str, Any]], e: SiteEpisode) -> str:
-    guard = step.meta.get("guard") if isinstance(step.meta.get("guard"), dict) else {}
-    shadow = step.meta.get("shadow") if isinstance(step.meta.get("shadow"), dict) else {}
+    guard = as_dict(step.meta.get("guard"))
+    shadow = as_dict(step.meta.get("shadow"))
     flagged = " flagged" if any(f.get("severity") in _WARN_OR_WORSE for f in findings) else ""
     score = e.scores[step.index] if step.index < len(e.scores) else guard.get("score")
     parts = [f"<div class='step{flagged}' id='step-{step.index}'><h3>Step {step.index} "
@@ -291,7 +296,7 @@ def _live_and_shadow(e: SiteEpisode) -> str:
         live = [f for f in e.findings if f.get("layer") == live_layer and f.get("check") != "swap_refused"]
         live_alarm = next((f.get("step") for f in live if f.get("severity") == "alarm"), None)
         shadow_findings = [f for f in record.get("findings") or [] if isinstance(f, dict)]
-        versions = record.get("versions") if isinstance(record.get("versions"), dict) else {}
+        versions = as_dict(record.get("versions"))
         rows.append(
             f"<tr><td>{_esc(live_layer)}</td><td>{_esc(', '.join(sorted({str(f.get('check')) for f in live})) or 'none')}"
             f" (alarm step {_esc(live_alarm)}; max score {_fmt(e.max_score)})<br><code>"
@@ -306,7 +311,7 @@ def _live_and_shadow(e: SiteEpisode) -> str:
 def _episode_page(e: SiteEpisode, data: SiteData) -> str:
     ep = e.episode
     run = e.run
-    versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    versions = as_dict(run.get("versions"))
     parts = ["<p><a href='../index.html'>&larr; all episodes</a></p>",
              f"<h1>Episode <code>{_esc(ep.episode_id[:120])}</code></h1>",
              "<table id='facts'><tbody>"
@@ -333,9 +338,9 @@ def _episode_page(e: SiteEpisode, data: SiteData) -> str:
         parts.append(f"<p class='muted'>{_esc(note)}. Dashed red: threshold; orange: labelled onset; x: alarm.</p>")
     else:
         parts.append("<p class='muted'>no scores: this run had no monitor and no --model was given</p>")
-    shadow_runs = e.run.get("shadow") if isinstance(e.run.get("shadow"), dict) else {}
+    shadow_runs = as_dict(e.run.get("shadow"))
     for name, values in e.shadow_scores.items():
-        record = shadow_runs.get(name) if isinstance(shadow_runs.get(name), dict) else {}
+        record = as_dict(shadow_runs.get(name))
         threshold = record.get("threshold") if isinstance(record.get("threshold"), int | float) else None
         alarm = record.get("alarm_step") if isinstance(record.get("alarm_step"), int) else None
         parts.append(f"<h3>{_esc(name)} (recorded beside the live score, never acting)</h3>"
@@ -368,10 +373,11 @@ def _episode_page(e: SiteEpisode, data: SiteData) -> str:
     decisions = [d for d in run.get("decisions") or [] if isinstance(d, dict)]
     parts.append("<h2>Decisions</h2>")
     if decisions:
-        rows = [{"step": d.get("step"), "hook": d.get("hook"), "tool": d.get("tool"), "verdict": d.get("verdict"),
+        made: list[dict[str, Any]] = [{"step": d.get("step"), "hook": d.get("hook"), "tool": d.get("tool"),
+                 "verdict": d.get("verdict"),
                  "checks": ", ".join(str(f.get("check")) for f in d.get("findings") or [] if isinstance(f, dict))}
                 for d in decisions[:MAX_STEPS_SHOWN]]
-        parts.append(_table(rows, ["step", "hook", "tool", "verdict", "checks"], css_id="decisions"))
+        parts.append(_table(made, ["step", "hook", "tool", "verdict", "checks"], css_id="decisions"))
     parts.append(f"<p>End of run: {_verdict(e.verdict)}</p>" if e.verdict else "")
     return _page(f"{ep.episode_id[:80]} - {data.title}", "".join(parts))
 

@@ -51,7 +51,7 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     start = math.ceil(low / step) * step
-    out = []
+    out: list[float] = []
     value = start
     while value <= high + 1e-9 * step and len(out) < 20:
         out.append(round(value, 12))
@@ -122,14 +122,14 @@ def line_plot(series: Sequence[Series], *, title: str, threshold: float | None =
             parts.append(f"<g class='alarm'><path d='M{cx - 7:.1f},{cy - 7:.1f} L{cx + 7:.1f},{cy + 7:.1f} "
                          f"M{cx - 7:.1f},{cy + 7:.1f} L{cx + 7:.1f},{cy - 7:.1f}' stroke='{THRESHOLD_COLOR}' "
                          f"stroke-width='3'/><title>alarm at step {alarm}</title></g>")
-    legend_x = left
-    entries = [(s.name, s.color, s.dash) for s in series]
+    legend_x: float = left
+    entries: list[tuple[str, str, bool]] = [(s.name, s.color, s.dash) for s in series]
     if threshold is not None:
         entries.append((f"threshold {_fmt(threshold)}", THRESHOLD_COLOR, True))
-    for name, color, dash in entries[:10]:
+    for name, color, dashed in entries[:10]:
         short = name if len(name) <= 28 else name[:27] + "…"
         parts.append(f"<line x1='{legend_x}' x2='{legend_x + 18}' y1='14' y2='14' stroke='{color}' stroke-width='2'"
-                     + (" stroke-dasharray='5 3'" if dash else "") +
+                     + (" stroke-dasharray='5 3'" if dashed else "") +
                      f"/><text x='{legend_x + 22}' y='18' font-size='11'>{_esc(short)}</text>")
         legend_x += 30 + 6.5 * len(short)
         if legend_x > width - 80:

@@ -128,7 +128,7 @@ class GuardMetrics:
         self.swaps.add(1, {"guardrail.layer": layer, "guardrail.outcome": outcome})
 
 
-def drift_gauges(meter: metrics.Meter, values: Mapping[str, float], attributes: Mapping[str, Any]) -> list[str]:
+def drift_gauges(meter: metrics.Meter, values: Mapping[str, float | None], attributes: Mapping[str, Any]) -> list[str]:
     """Observable gauges ``guardrail.drift.<name>`` reporting `values` (a drift report's numbers); their names."""
     names = []
     for key, value in values.items():

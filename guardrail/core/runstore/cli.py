@@ -56,10 +56,10 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 
 def shadow_comparison(episode: Episode) -> list[dict[str, object]]:
     """Per shadow layer of a recorded episode: what the live layer and its shadow said, and whether they agree."""
-    run = episode.meta.get("run") if isinstance(episode.meta, dict) else None
-    shadow = run.get("shadow") if isinstance(run, dict) else None
-    if not isinstance(shadow, dict):
+    run = episode.meta.get("run")
+    if not isinstance(run, dict) or not isinstance(run.get("shadow"), dict):
         return []
+    shadow = run["shadow"]
     findings = run.get("findings") or []
     rows = []
     for name, record in sorted(shadow.items()):
