@@ -175,7 +175,12 @@ def channel_shifts(model: Any, episodes: Sequence[Episode], alpha: float = ALPHA
     n_train = max(int(getattr(model, "n_train_", 0) or 0), 1)
     se = np.sqrt(var_mean * (1.0 + m / n_train))  # the fitted mean has its own sampling error
     diff = mean - np.asarray(reference.location_, dtype=float)
-    sd = steps.std(axis=0)
+    # The healthy spread of each feature from the fitted covariance (a feature constant in the new runs still has one).
+    try:
+        sd = np.sqrt(np.clip(np.diag(np.linalg.pinv(np.asarray(reference.precision_, dtype=float))), 0.0, None))
+    except (np.linalg.LinAlgError, ValueError):
+        sd = steps.std(axis=0)
+    se = np.sqrt(np.maximum(se ** 2, sd ** 2 / total * (1.0 + m / n_train)))
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(se > 0, diff / se, np.where(np.abs(diff) > 1e-9, np.inf * np.sign(diff), 0.0))
         shift = np.where(sd > 0, diff / sd, np.where(np.abs(diff) > 1e-9, np.inf * np.sign(diff), 0.0))
