@@ -89,6 +89,25 @@ def _metric_points(request: ExportMetricsServiceRequest) -> list[ReceivedPoint]:
     return out
 
 
+def _store_spans(receiver: OTLPReceiver, request: ExportTraceServiceRequest) -> None:
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                receiver.spans.append(ReceivedSpan(name=span.name, service_name=str(resource.get("service.name")),
+                                                   attributes=_attributes(span.attributes)))
+    receiver.got_spans.set()
+
+
+def _store_metrics(receiver: OTLPReceiver, request: ExportMetricsServiceRequest) -> None:
+    receiver.points.extend(_metric_points(request))
+    receiver.got_metrics.set()
+
+
+_SIGNALS = {"/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse, _store_spans),
+            "/v1/metrics": (ExportMetricsServiceRequest, ExportMetricsServiceResponse, _store_metrics)}
+
+
 @pytest.fixture
 def otlp_receiver() -> Iterator[OTLPReceiver]:
     """An OTLP/HTTP receiver on 127.0.0.1: /v1/traces and /v1/metrics, gzip or deflate bodies."""
@@ -102,33 +121,18 @@ def otlp_receiver() -> Iterator[OTLPReceiver]:
                 body = gzip.decompress(body)
             elif encoding == "deflate":
                 body = zlib.decompress(body)
-            if self.path == "/v1/traces":
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                with receiver.lock:
-                    receiver.requests += 1
-                    receiver.content_types.append(self.headers.get("Content-Type", ""))
-                    for resource_spans in request.resource_spans:
-                        resource = _attributes(resource_spans.resource.attributes)
-                        for scope_spans in resource_spans.scope_spans:
-                            for span in scope_spans.spans:
-                                receiver.spans.append(ReceivedSpan(
-                                    name=span.name, service_name=str(resource.get("service.name")),
-                                    attributes=_attributes(span.attributes)))
-                receiver.got_spans.set()
-                payload = ExportTraceServiceResponse().SerializeToString()
-            elif self.path == "/v1/metrics":
-                request = ExportMetricsServiceRequest()
-                request.ParseFromString(body)
-                with receiver.lock:
-                    receiver.requests += 1
-                    receiver.content_types.append(self.headers.get("Content-Type", ""))
-                    receiver.points.extend(_metric_points(request))
-                receiver.got_metrics.set()
-                payload = ExportMetricsServiceResponse().SerializeToString()
-            else:
+            signal = _SIGNALS.get(self.path)
+            if signal is None:
                 self.send_error(404)
                 return
+            request_type, response_type, store = signal
+            request = request_type()
+            request.ParseFromString(body)
+            with receiver.lock:
+                receiver.requests += 1
+                receiver.content_types.append(self.headers.get("Content-Type", ""))
+                store(receiver, request)
+            payload = response_type().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(payload)))

@@ -16,6 +16,7 @@ file with problems (`ConfigError`). ``guardrail config schema`` prints the JSON 
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import json
 import os
@@ -388,28 +389,26 @@ def _semantic_problems(config: DeployConfig, *, deep: bool) -> list[str]:
     return problems
 
 
-def _model_problem(path: str) -> str | None:
+def _load_problem(target: str, source: str) -> str | None:
+    """What loading `source` with `target` ("module:function") says is wrong with it, in one line, or None."""
+    module, _, function = target.partition(":")
     try:
-        from monitors.model_file import ModelFileError, load_monitor
+        load = getattr(importlib.import_module(module), function)
     except ImportError as exc:
-        return f"the monitor cannot load in this build: {exc}"
+        return f"{module} cannot load in this build: {exc}"
     try:
-        load_monitor(path)
-    except (ModelFileError, OSError, ValueError) as exc:
+        load(source)
+    except Exception as exc:  # noqa: BLE001 - ModelFileError, SpecError, whatever a damaged file raises: one message
         return " ".join(str(exc).split())[:400]
     return None
+
+
+def _model_problem(path: str) -> str | None:
+    return _load_problem("monitors.model_file:load_monitor", path)
 
 
 def _spec_problem(source: str) -> str | None:
-    try:
-        from verifiers.spec import load_spec
-    except ImportError as exc:
-        return f"the verifiers cannot load in this build: {exc}"
-    try:
-        load_spec(source)
-    except Exception as exc:  # noqa: BLE001 - SpecError and whatever a damaged file raises: one message
-        return " ".join(str(exc).split())[:400]
-    return None
+    return _load_problem("verifiers.spec:load_spec", source)
 
 
 def _tool_schemas(path: str) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -57,17 +58,9 @@ def configure_tracing(service_name: str = "guardrail", *, endpoint: str | None =
     """
     if not otlp_configured(endpoint):
         return None
-    _check_protocol(_PROTOCOL_VARS, "configure_tracing")
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ModuleNotFoundError as exc:
-        raise RuntimeError(
-            "OTLP export needs 'opentelemetry-exporter-otlp-proto-http': pip install 'guardrail[scale]'"
-        ) from exc
-    traces_url = _signal_url(endpoint, TRACES_PATH) if endpoint else None
-    if traces_url is None:
-        _check_env_endpoint(_ENDPOINT_VARS)
-    exporter = OTLPSpanExporter(endpoint=traces_url)  # None: the exporter resolves the env variables itself
+    traces_url = _prepare(endpoint, TRACES_PATH, _PROTOCOL_VARS, _ENDPOINT_VARS, "configure_tracing")
+    span_exporter = _exporter("trace_exporter", "OTLPSpanExporter")
+    exporter = span_exporter(endpoint=traces_url)  # None: the exporter resolves the env variables itself
     processor = BatchSpanProcessor(exporter)
     if set_global:
         current = trace.get_tracer_provider()
@@ -98,27 +91,39 @@ def configure_metrics(service_name: str = "guardrail", *, endpoint: str | None =
 
     if not otlp_configured(endpoint, signal="metrics"):
         return None
-    _check_protocol(_METRICS_PROTOCOL_VARS, "configure_metrics")
-    try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    except ModuleNotFoundError as exc:
-        raise RuntimeError(
-            "OTLP export needs 'opentelemetry-exporter-otlp-proto-http': pip install 'guardrail[scale]'"
-        ) from exc
+    metrics_url = _prepare(endpoint, METRICS_PATH, _METRICS_PROTOCOL_VARS, _METRICS_ENDPOINT_VARS,
+                           "configure_metrics")
+    metric_exporter = _exporter("metric_exporter", "OTLPMetricExporter")
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    metrics_url = _signal_url(endpoint, METRICS_PATH) if endpoint else None
-    if metrics_url is None:
-        _check_env_endpoint(_METRICS_ENDPOINT_VARS)
     if set_global and isinstance(metrics_api.get_meter_provider(), SdkMeterProvider):
         return None  # the application's own provider exports; a second global one cannot be set
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=metrics_url),
+    reader = PeriodicExportingMetricReader(metric_exporter(endpoint=metrics_url),
                                            export_interval_millis=export_interval_ms)
     provider = SdkMeterProvider(metric_readers=[reader], resource=Resource.create({SERVICE_NAME: service_name}))
     if set_global:
         metrics_api.set_meter_provider(provider)
     return provider
+
+
+def _prepare(endpoint: str | None, path: str, protocol_vars: tuple[str, ...], endpoint_vars: tuple[str, ...],
+             what: str) -> str | None:
+    """The signal's URL from `endpoint` (None: the exporter reads the checked environment), protocol checked."""
+    _check_protocol(protocol_vars, what)
+    url = _signal_url(endpoint, path) if endpoint else None
+    if url is None:
+        _check_env_endpoint(endpoint_vars)
+    return url
+
+
+def _exporter(module: str, name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(f"opentelemetry.exporter.otlp.proto.http.{module}"), name)
+    except ModuleNotFoundError as exc:
+        raise RuntimeError(
+            "OTLP export needs 'opentelemetry-exporter-otlp-proto-http': pip install 'guardrail[scale]'"
+        ) from exc
 
 
 def _check_protocol(variables: tuple[str, ...], what: str) -> None:
