@@ -27,7 +27,8 @@ class MonitorLayer(Layer):
         from monitors.model_file import load_monitor, monitor_sha256
 
         if not isinstance(model, StepMonitor):
-            model, self.model_sha256 = load_monitor(model), sha256_file(model)  # what `sha256sum model.npz` says
+            self.model_sha256 = sha256_file(model)  # what `sha256sum model.npz` says
+            model = load_monitor(model)
         elif not hasattr(model, "hybrid_"):
             raise ValueError("MonitorLayer needs a fitted StepMonitor (fit it, or load a model file)")
         else:
