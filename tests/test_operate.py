@@ -106,7 +106,8 @@ def _swap_while_running(tmp_path, models, otlp_receiver, guard, provider) -> Non
         rescored = model.score_episode(episode).scores
         assert _scores(episode) == pytest.approx(rescored[:len(_scores(episode))], rel=1e-6), seed  # one version
     refused = [f for f in by_seed[104].meta["run"]["findings"] if f["check"] == "swap_refused"]
-    assert len(refused) == 1 and by_seed[105].meta["run"]["findings"] == []  # said once, by the run that saw it
+    assert len(refused) == 1  # said once, by the run that saw it
+    assert not [f for f in by_seed[105].meta["run"]["findings"] if f["check"] == "swap_refused"]
 
     # The shadow (next.npz) scored every step beside the live decision and never acted.
     for episode in by_seed.values():

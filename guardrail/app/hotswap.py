@@ -172,10 +172,6 @@ class ShadowLayer(Layer):
     def versions(self) -> dict[str, str]:
         return {f"shadow_{key}": value for key, value in self.inner.versions().items()}
 
-    def refresh(self) -> SwapEvent | None:
-        refresh = getattr(self.inner, "refresh", None)
-        return refresh() if refresh is not None else None
-
     def _record(self, ctx: EpisodeContext, step_index: int | None, findings: list[Finding],
                 score: float | None, failed: str | None = None) -> dict[str, Any]:
         with ctx.lock:

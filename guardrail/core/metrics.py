@@ -70,10 +70,19 @@ class GuardMetrics:
 
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         meter = meter or get_meter()
-        self.decisions = meter.create_counter("guardrail.decisions", unit="{decision}",
-                                              description="Guard decisions by hook and verdict")
-        self.findings = meter.create_counter("guardrail.findings", unit="{finding}",
-                                             description="findings by layer, check and severity")
+        self._meter = meter
+        self._lock = threading.Lock()
+        # Counts are kept here and read by observable counters at collection time: on the agent's path a count
+        # is a dict update (a synchronous SDK counter costs about 10 us a call, more than most layers).
+        self._counts: dict[str, dict[tuple[tuple[str, Any], ...], int]] = {}
+        for name, unit, description in (
+                ("guardrail.decisions", "{decision}", "Guard decisions by hook and verdict"),
+                ("guardrail.findings", "{finding}", "findings by layer, check and severity"),
+                ("guardrail.episodes", "{episode}", "finished episodes by end verdict and whether any step alarmed"),
+                ("guardrail.swaps", "{swap}", "hot swaps of a model or spec file (swapped or refused)")):
+            self._counts[name] = {}
+            meter.create_observable_counter(name, callbacks=[self._observer(name)], unit=unit,
+                                            description=description)
         try:
             self.latency = meter.create_histogram(
                 "guardrail.layer.duration", unit="s", description="time spent in one layer hook",
@@ -81,15 +90,21 @@ class GuardMetrics:
         except TypeError:  # an older API without bucket advice
             self.latency = meter.create_histogram("guardrail.layer.duration", unit="s",
                                                   description="time spent in one layer hook")
-        self.episodes = meter.create_counter("guardrail.episodes", unit="{episode}",
-                                             description="finished episodes by end verdict and whether any step "
-                                                         "alarmed")
-        self.swaps = meter.create_counter("guardrail.swaps", unit="{swap}",
-                                          description="hot swaps of a model or spec file (swapped or refused)")
-        self._meter = meter
         self._recorders: weakref.WeakSet[Any] = weakref.WeakSet()
         self._dropped_registered = False
-        self._lock = threading.Lock()
+
+    def _observer(self, name: str) -> Any:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            with self._lock:
+                items = list(self._counts[name].items())
+            return [Observation(count, dict(key)) for key, count in items]
+
+        return observe
+
+    def _count(self, name: str, key: tuple[tuple[str, Any], ...], n: int = 1) -> None:
+        with self._lock:
+            counts = self._counts[name]
+            counts[key] = counts.get(key, 0) + n
 
     def watch_dropped(self, recorder: Any) -> None:
         """Report a run recorder's count of dropped steps (``recorder.dropped``) in ``guardrail.recorder.dropped``."""
@@ -115,17 +130,17 @@ class GuardMetrics:
     def layer_done(self, layer: str, hook: str, seconds: float, findings: Iterable[Any]) -> None:
         self.latency.record(seconds, {"guardrail.layer": layer, "guardrail.hook": hook})
         for finding in findings:
-            self.findings.add(1, {"guardrail.layer": finding.layer, "guardrail.check": finding.check,
-                                  "guardrail.severity": finding.severity.value})
+            self._count("guardrail.findings", (("guardrail.layer", finding.layer), ("guardrail.check", finding.check),
+                                               ("guardrail.severity", finding.severity.value)))
 
     def decided(self, hook: str, verdict: str) -> None:
-        self.decisions.add(1, {"guardrail.hook": hook, "guardrail.verdict": verdict})
+        self._count("guardrail.decisions", (("guardrail.hook", hook), ("guardrail.verdict", verdict)))
 
     def episode_done(self, verdict: str, alarmed: bool) -> None:
-        self.episodes.add(1, {"guardrail.verdict": verdict, "guardrail.alarmed": alarmed})
+        self._count("guardrail.episodes", (("guardrail.verdict", verdict), ("guardrail.alarmed", alarmed)))
 
     def swapped(self, layer: str, outcome: str) -> None:
-        self.swaps.add(1, {"guardrail.layer": layer, "guardrail.outcome": outcome})
+        self._count("guardrail.swaps", (("guardrail.layer", layer), ("guardrail.outcome", outcome)))
 
 
 def drift_gauges(meter: metrics.Meter, values: Mapping[str, float | None], attributes: Mapping[str, Any]) -> list[str]:
