@@ -156,6 +156,8 @@ def episode_of(summary: RunSummary, header: RunHeader | None, outcome: RunOutcom
     run["decisions"] = [dict(d) for d in decisions]
     if outcome is not None and outcome.steps_dropped:
         run["steps_dropped"] = outcome.steps_dropped
+    if outcome is not None and outcome.shadow:
+        run["shadow"] = dict(outcome.shadow)
     meta = dict(header.meta) if header is not None else {}
     meta["run"] = run
     return Episode(episode_id=summary.episode_id, steps=steps, task=summary.task, label=summary.label,
