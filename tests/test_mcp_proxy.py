@@ -186,12 +186,21 @@ async def test_report_mode_lets_the_call_reach_the_server(workspace):
     assert result.isError and "ENOENT" in text_of(result)  # the server's own error, unchanged
 
 
-def test_config_flag_says_what_this_build_lacks(tmp_path):
-    from guardrail.app.assemble import Guard
-
+async def test_a_deployment_file_configures_the_proxy(workspace, tmp_path):
     config = tmp_path / "guardrail.toml"
-    config.write_text("")
+    config.write_text('mode = "report"\n\n[record]\nstore = "runs"\n')
+    # the file's report mode lets the call through; its store records the session
+    async with connect(proxy("--config", str(config), "--", *filesystem_server(), str(workspace))) as session:
+        missing = await session.call_tool("read_text_file", {"path": str(workspace / "missing.txt")})
+        assert missing.isError and "ENOENT" in text_of(missing)
+    listed = subprocess.run([*proxy()[:-1], "runs", str(tmp_path / "runs"), "--json"], capture_output=True, text=True,
+                            timeout=60)
+    assert [json.loads(line)["framework"] for line in listed.stdout.splitlines()] == ["mcp"]
+    # a flag given on the command line wins over the file
+    async with connect(proxy("--config", str(config), "--mode", "intervene", "--",
+                             *filesystem_server(), str(workspace))) as session:
+        blocked = await session.call_tool("read_text_file", {"path": str(workspace / "missing.txt")})
+        assert blocked.isError and "does not exist" in text_of(blocked)
+    config.write_text('mode = "sometimes"\n')
     done = subprocess.run(proxy("--config", str(config), "--", "true"), capture_output=True, text=True, timeout=60)
-    if hasattr(Guard, "from_config"):
-        pytest.skip("Guard.from_config exists: the config path is tested with it")
-    assert done.returncode != 0 and "Guard.from_config" in done.stderr
+    assert done.returncode != 0 and "mode" in done.stderr and "Traceback" not in done.stderr

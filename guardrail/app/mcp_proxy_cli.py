@@ -22,9 +22,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", action="append", metavar="DIR",
                         help="a directory the server works in (repeatable; default: the directories a filesystem "
                              "server is given, a git server's --repository)")
-    parser.add_argument("--mode", choices=["report", "intervene"], default="intervene",
-                        help="intervene (default) blocks a call whose preconditions are false; report only records")
-    parser.add_argument("--config", metavar="guardrail.toml", help="a deployment file (Guard.from_config)")
+    parser.add_argument("--mode", choices=["report", "intervene"], default=None,
+                        help="intervene (the default without --config) blocks a call whose preconditions are false; "
+                             "report only records")
+    parser.add_argument("--config", metavar="guardrail.toml",
+                        help="a deployment file (Guard.from_config); the flags given here win over it")
     parser.add_argument("--model", help="a fitted step monitor's model file (the monitor runs on each call)")
     parser.add_argument("--spec", help="a verifier spec (a shipped name or a spec file)")
     parser.add_argument("--record", metavar="STORE",
@@ -52,21 +54,14 @@ def server_roots(command: Sequence[str]) -> list[str]:
     return []
 
 
-def build_guard(args: argparse.Namespace, roots: Sequence[str]) -> Any:
-    """The Guard the proxy runs: from --config when given (Guard.from_config), else from the flags."""
-    if args.config:
-        from_config = getattr(Guard, "from_config", None)
-        if from_config is None:
-            raise SystemExit("guardrail mcp-proxy: --config needs Guard.from_config, which this build does not "
-                             "have yet; give the layers with --workspace / --model / --spec / --record instead")
-        return from_config(args.config)
-    options: dict[str, Any] = {"mode": args.mode, "fail_closed": args.fail_closed}
-    if args.model:
-        options["model"] = args.model
-    if args.spec:
-        options["spec"] = args.spec
-    if args.record:
-        options["record"] = args.record
+def _layer_options(args: argparse.Namespace, roots: Sequence[str]) -> dict[str, Any]:
+    """The Guard.default options the flags give (only those given, so a deployment file keeps the rest)."""
+    options: dict[str, Any] = {}
+    for flag, key in (("mode", "mode"), ("model", "model"), ("spec", "spec"), ("record", "record")):
+        if getattr(args, flag):
+            options[key] = getattr(args, flag)
+    if args.fail_closed:
+        options["fail_closed"] = True
     if len(roots) > 1:  # the server's other directories are workspace roots too
         from guardrail.gate.layer import GateLayer
 
@@ -74,6 +69,27 @@ def build_guard(args: argparse.Namespace, roots: Sequence[str]) -> Any:
         options["extra_layers"] = [GateLayer(roots[0], roots=roots[1:])]
     elif roots:
         options["workspace"] = roots[0]
+    return options
+
+
+def build_guard(args: argparse.Namespace, roots: Sequence[str]) -> Any:
+    """The Guard the proxy runs: a deployment file's (``--config``, through Guard.from_config) with the flags given
+    on top, else the flags' own (intervene by default). The server's directories are the workspace unless the
+    file or ``--workspace`` names one."""
+    if args.config:
+        from guardrail.app.config import ConfigError, guard_options, load_config
+
+        try:
+            named = guard_options(load_config(args.config)).get("workspace") is not None
+        except ConfigError as exc:
+            raise SystemExit(f"guardrail mcp-proxy: {exc}") from None
+        options = _layer_options(args, roots if (args.workspace or not named) else [])
+        try:
+            return Guard.from_config(args.config, **options)
+        except ConfigError as exc:
+            raise SystemExit(f"guardrail mcp-proxy: {exc}") from None
+    options = _layer_options(args, roots)
+    options.setdefault("mode", "intervene")
     return Guard.default(**options)
 
 

@@ -219,9 +219,10 @@ class RunRecorder:
         episode = ctx.episode
         with ctx.lock:
             findings = list(ctx.findings)
+            shadow = dict(ctx.shadow)
         waiter = _Waiter()
         self._put(("finish", episode.episode_id, decision.verdict.value, findings, episode.task,
-                   list(episode.tools), len(episode.steps), status, reason, now(), waiter), control=True)
+                   list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True)
         if self.finish_timeout_s > 0 and not self._closed:
             waiter.event.wait(self.finish_timeout_s)
 
@@ -356,13 +357,14 @@ class RunRecorder:
                 return None
             return DecisionOp(episode_id, self._decision_body(hook, decision, action, step_index))
         if kind == "finish":
-            _, _, verdict, findings, task, tools, n_steps, status, reason, finished_at, _ = item
+            _, _, verdict, findings, task, tools, n_steps, status, reason, finished_at, shadow, _ = item
             self._open.pop(episode_id, None)
             redact = redact_content if self.redact else None
             outcome = RunOutcome(finished_at=finished_at, status=status, verdict=verdict,
                                  task=redact(task) if redact and task else task, tools=tools, n_steps=n_steps,
                                  findings=[finding_record(f, redact) for f in findings],
-                                 steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason)
+                                 steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason,
+                                 shadow=redact(shadow) if redact and shadow else shadow)
             return Finish(episode_id, outcome)
         raise ValueError(f"unknown recorder item {kind!r}")
 
