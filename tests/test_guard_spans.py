@@ -119,3 +119,120 @@ def test_a_broken_span_processor_never_breaks_the_agent():
     ep = guard.start_episode()
     assert ep.before_action(Action.shell("cat a.csv")).blocked
     assert ep.on_step(Step(index=0, kind=StepKind.TEXT)).score == 3.5
+
+
+# ---------------------------------------------------------------- capture_content on a user's own agents
+# An agent of the test's own: a deploy helper that calls an HTTP tool with credentials in its arguments and
+# reads back a service-account key file, and a weather tool whose ordinary result must stay readable.
+_BEARER = "tEsT9vQ2mZ7xK4pL1nR8sW3yB6cD5fG0"
+_DB_PASSWORD = "Xq7!pLm2#Rt9vZ"
+_KEY_LINE = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7Zq8rT2mLx9Qw7Pk3"
+_KEY_ID = "9f8e7d6c5b4a39281706f5e4d3c2b1a098765432"
+_SERVICE_ACCOUNT = json.dumps({
+    "type": "service_account", "project_id": "acme-prod", "private_key_id": _KEY_ID,
+    "private_key": f"-----BEGIN PRIVATE KEY-----\n{_KEY_LINE}\n-----END PRIVATE KEY-----\n",
+    "client_email": "deployer@acme-prod.iam.gserviceaccount.com"}, indent=2)
+_CONFIG_PASSWORD = "hV4nT8qW2eR6"
+_ENV_PASSWORD = "Lk3Jh5Gf7Ds9Ap1"
+_HTTP_ARGS = {"url": "https://api.example.com/v1/deploy", "headers": {"Authorization": f"Bearer {_BEARER}"},
+              "body": json.dumps({"env": f"DB_HOST=db.internal\nDB_PASSWORD={_DB_PASSWORD}",
+                                  "config": json.dumps({"db": {"password": _CONFIG_PASSWORD}})}),
+              "containers": [{"env": [{"name": "DB_USER", "value": "app"},
+                                      {"name": "DB_PASSWORD", "value": _ENV_PASSWORD}]}]}
+_PLANTED = (_BEARER, _DB_PASSWORD, _KEY_LINE, _KEY_ID, _CONFIG_PASSWORD, _ENV_PASSWORD)
+
+
+class Nothing(Layer):
+    """A layer that looks at every call and result and finds nothing (each hook is still a span)."""
+
+    name = "watch"
+
+    def before_action(self, ctx, action):
+        return None
+
+    def after_result(self, ctx, action, result):
+        return None
+
+
+def _http_post(url: str, headers: dict, body: str) -> str:
+    """POST a deploy request."""
+    return "202 Accepted: deploy queued"
+
+
+def _read_key(path: str) -> str:
+    """Read a key file."""
+    return _SERVICE_ACCOUNT
+
+
+def _weather(city: str) -> str:
+    """The weather in a city."""
+    return f"Weather for {city}: light rain, 9°C, wind 7 m/s SW"
+
+
+def _assert_spans_carry_content_but_no_secret(spans) -> None:
+    from tests.hostile.spans import leaked
+
+    ours = [s for s in spans.get_finished_spans() if s.name.startswith("guardrail.")]
+    seen = "\n".join(json.dumps(dict(s.attributes), default=str, ensure_ascii=False) for s in ours)
+    assert any(tm.GEN_AI_TOOL_CALL_RESULT in s.attributes for s in ours)
+    for secret in _PLANTED:
+        assert leaked(secret, seen) is None, secret
+    assert "light rain, 9°C" in seen and "202 Accepted" in seen and "deployer@acme-prod" in seen
+    arguments = [json.loads(s.attributes[tm.GEN_AI_TOOL_CALL_ARGUMENTS]) for s in ours
+                 if s.attributes.get(tm.GEN_AI_TOOL_NAME) == "http_post" and tm.GEN_AI_TOOL_CALL_ARGUMENTS in s.attributes]
+    # a span carries what redact_value gives a run store for the same arguments
+    assert arguments and all(a == tm.redact_value(_HTTP_ARGS) for a in arguments)
+    body = json.loads(arguments[0]["body"])
+    assert body["env"] == "DB_HOST=db.internal\nDB_PASSWORD=[REDACTED]"
+    assert json.loads(body["config"]) == {"db": {"password": "[REDACTED]"}}
+    assert arguments[0]["containers"][0]["env"][0] == {"name": "DB_USER", "value": "app"}
+
+
+def test_capture_content_on_a_langchain_agent_masks_its_secrets(spans):
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    from adapters.langchain import GuardMiddleware
+
+    class Scripted(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    model = Scripted(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "http_post", "args": _HTTP_ARGS, "id": "c1"},
+                                          {"name": "read_key", "args": {"path": "sa.json"}, "id": "c2"},
+                                          {"name": "weather", "args": {"city": "Bergen"}, "id": "c3"}]),
+        AIMessage(content="Deployed; it is raining in Bergen.")]))
+    tools = [tool("http_post")(_http_post), tool("read_key")(_read_key), tool("weather")(_weather)]
+    agent = create_agent(model, tools, middleware=[GuardMiddleware(Guard([Nothing()], capture_content=True))])
+    agent.invoke({"messages": [{"role": "user", "content": "deploy, then tell me the weather"}]})
+    _assert_spans_carry_content_but_no_secret(spans)
+
+
+async def test_capture_content_on_an_autogen_agent_masks_its_secrets(spans):
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_core import FunctionCall
+    from autogen_core.models import CreateResult, ModelFamily, RequestUsage
+    from autogen_core.tools import FunctionTool
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from adapters.autogen import AutoGenGuard
+
+    calls = CreateResult(finish_reason="function_calls", cached=False, usage=RequestUsage(prompt_tokens=5,
+                         completion_tokens=7), content=[
+        FunctionCall(id="c1", name="http_post", arguments=json.dumps(_HTTP_ARGS)),
+        FunctionCall(id="c2", name="read_key", arguments='{"path": "sa.json"}'),
+        FunctionCall(id="c3", name="weather", arguments='{"city": "Bergen"}')])
+    client = ReplayChatCompletionClient([calls, "Deployed; it is raining in Bergen."], model_info={
+        "vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
+        "structured_output": False})
+    guarded = AutoGenGuard(Guard([Nothing()], capture_content=True))
+    tools = [FunctionTool(_http_post, description="POST a deploy request.", name="http_post"),
+             FunctionTool(_read_key, description="Read a key file.", name="read_key"),
+             FunctionTool(_weather, description="The weather in a city.", name="weather")]
+    agent = AssistantAgent("deployer", model_client=guarded.model_client(client), workbench=guarded.workbench(tools),
+                           reflect_on_tool_use=True)
+    await guarded.afinish(await agent.run(task="deploy, then tell me the weather"))
+    _assert_spans_carry_content_but_no_secret(spans)
