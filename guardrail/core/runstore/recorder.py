@@ -69,7 +69,7 @@ _STRONG = ("-----begin", "bearer", "eyj", "xox", "sk-", "sk_", "pk_", "rk_", "gh
 _NAMED = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "cookie", "session", "dsn", "contrase",
           "private", "sig")
 _NAMED_IN_CONTEXT = re.compile(
-    r"(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn|contrase|private|sig)[\w.-]*[\"'`]?[ \t]*"
+    r"(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn|contrase|private|sig)[\w.-]*(?:\\*[\"'`])?[ \t]*"
     r"(?::=|=>|[:=])|--?[\w-]*(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn)",
     re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
@@ -101,22 +101,11 @@ def may_hold_secret(text: str) -> bool:
 
 def redact_content(value: Any) -> Any:
     """`value` (JSON-able) with secrets masked in every string, under the span redaction rules, same shape."""
-    from guardrail.core import spans
+    from guardrail.core.redaction import redact_value
 
-    masked = spans._mask_structure(value)  # noqa: SLF001 - the span module's own key-name rules
-    return _map_strings(masked, lambda text: spans.redact_text(text) if may_hold_secret(text) else text)
-
-
-def _map_strings(value: Any, fn: Callable[[str], str], depth: int = 0) -> Any:
-    if isinstance(value, str):
-        return fn(value) if value else value
-    if depth > 64:
-        return "[nested too deep]"
-    if isinstance(value, dict):
-        return {k: _map_strings(v, fn, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_map_strings(v, fn, depth + 1) for v in value]
-    return value
+    if isinstance(value, str) and not may_hold_secret(value):
+        return value  # the fast path: nothing the rules could change
+    return redact_value(value)
 
 
 def _cap(text: str | None, cap: int) -> str | None:
@@ -396,9 +385,8 @@ def _clean(step: Step) -> bool:
     text = step.text
     if may_hold_secret(text) or (step.task is not None and may_hold_secret(step.task)):
         return False
-    from guardrail.core import spans
+    from guardrail.core.redaction import is_secret_key as secret_key
 
-    secret_key = spans._SECRET_KEY_NAME.fullmatch  # noqa: SLF001 - the span module's own key-name rule
     for event in step.tool_events:
         if event.guard_message is not None and may_hold_secret(event.guard_message):
             return False
