@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from guardrail.core.arguments import ArgumentSpec, argument_specs
 from guardrail.consistency.canonical import CanonicalizationError, canonical_result
 from guardrail.consistency.errors import EpochNotFixedError
+from guardrail.core.arguments import ArgumentSpec, argument_specs
 
 __all__ = [
     "DeterminismRegistry",
