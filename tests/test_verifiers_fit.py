@@ -153,7 +153,7 @@ def test_fit_spec_writes_a_spec_that_verify_and_guard_default_use(tmp_path, caps
     assert main(["fit-spec", str(corpus), "-o", str(out), "--holdout", "0.25"]) == 0
     printed = capsys.readouterr().out
     assert "12 healthy episode(s) of 13 given" in printed and f"wrote {out}" in printed
-    assert load_spec(out).variants[0].fitted.healthy_fit == 9
+    assert 7 <= load_spec(out).variants[0].fitted.healthy_fit <= 10  # held out by entity: about a quarter
 
     assert main(["verify", str(corpus), "--spec", str(out), "--json"]) == 0
     records = {r["episode_id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
