@@ -23,11 +23,11 @@ from typing import Any
 from guardrail.core.corpus import read_corpus
 from guardrail.core.events import HEALTHY, Episode
 from verifiers.cli import corpus_spec
-from verifiers.fit import fit_spec
+from verifiers.fit import fit_spec, fit_spec_report
 from verifiers.offline import verify_episode
 from verifiers.spec import CHECKS, VerifierSpec, load_spec
 
-__all__ = ["TESTBED", "corpus_rows", "fit_timing", "fitted_rows", "testbed_hand", "transfer_rows"]
+__all__ = ["TESTBED", "corpus_rows", "fit_timing", "fitted_rows", "shipped_rows", "testbed_hand", "transfer_rows"]
 
 TESTBED = Path(__file__).resolve().parents[1] / "corpora"
 ORGANIC_LABELS = {
@@ -167,6 +167,38 @@ def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
         name = f"cold -> {target}{note}"
         rows += _rows(name, "fitted on cold", fit_counts) + _rows(name, "booking_tour", hand_counts)
     return rows
+
+
+def shipped_rows(sentinel: Path) -> dict[str, Any]:
+    """`fit-spec` on ``organic_demo7b_cold`` exactly as shipped (its manifest calls all 120 runs healthy; no relabelling),
+    verifying ext (held out) and provoked with the published labels, beside booking_tour; and how many of the runs
+    the fit listed as exceptions ("relabel them") the published labels call failures."""
+    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
+        return {"rows": [], "exceptions": {}}
+    shipped = read_corpus(sentinel / "organic_demo7b_cold").episodes
+    result = fit_spec_report(shipped)
+    hand = load_spec("booking_tour")
+    rows: list[dict[str, Any]] = []
+    for target, note in (("organic_demo7b_ext", " (held out)"), ("organic_demo7b_provoked", "")):
+        if not (sentinel / target / "manifest.json").is_file():
+            continue
+        fit_counts: dict[str, Counter[str]] = defaultdict(Counter)
+        hand_counts: dict[str, Counter[str]] = defaultdict(Counter)
+        for episode in _labelled(sentinel, target):
+            _count(fit_counts, episode, verify_episode(episode, result.spec).flags)
+            _count(hand_counts, episode, verify_episode(episode, hand).flags)
+        name = f"cold as shipped -> {target}{note}"
+        rows += _rows(name, "fitted on cold as shipped", fit_counts) + _rows(name, "booking_tour", hand_counts)
+    published = {e.episode_id: e.label for e in _labelled(sentinel, "organic_demo7b_cold")}
+    exceptions = {}
+    for family in result.families:
+        for rule, ids in family.exceptions.items():
+            failures = sum(published.get(i, HEALTHY) != HEALTHY for i in ids)
+            exceptions[f"{family.name}/{rule}"] = {"runs": len(ids), "published_failures": failures}
+    checks = sorted({c for v in result.spec.variants for c in v.checks})
+    return {"rows": rows, "exceptions": exceptions, "checks": checks,
+            "healthy_as_shipped": sum(e.is_healthy for e in shipped),
+            "healthy_published": sum(label == HEALTHY for label in published.values())}
 
 
 def fit_timing(testbed: Path | None, repeats: int = 3) -> dict[str, Any] | None:
