@@ -147,8 +147,11 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     ) -> None:
         super().__init__()
         self.guard = guard
+        # repair=True: the assembled Guard's own repairer (Guard.default(repair=True, repair_options=...)), else a
+        # default one over this guard.
         self.repairer: Repairer | None = (repair if isinstance(repair, Repairer)
-                                          else Repairer(guard) if repair else None)
+                                          else (getattr(guard, "repairer", None) or Repairer(guard)) if repair
+                                          else None)
         self.graph: Any = None
         self.on_repair = on_repair
         self.on_decision = on_decision
@@ -182,10 +185,11 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     def _start(self, messages: Sequence[AnyMessage], episode_id: str | None = None) -> str:
         episode_id = episode_id or uuid.uuid4().hex
-        fork_of = episode_id.split(":fork:", 1)[0] if ":fork:" in episode_id else None
+        fork_of = ":fork:" in episode_id
         try:
+            # A repair fork's episode only gates the fork's calls; the Repairer records the attempt itself.
             self.guard.start_episode(episode_id, task=_last_human_text(messages), framework=self.framework,
-                                     meta={"repair_of": fork_of} if fork_of else None)
+                                     record=not fork_of)
         except GuardError:
             pass  # already running (a resumed thread): keep feeding the same episode
         with self._lock:

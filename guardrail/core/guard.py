@@ -112,11 +112,14 @@ class Guard:
         tools: Iterable[str] = (),
         meta: dict[str, Any] | None = None,
         tool_schemas: Mapping[str, dict[str, Any]] | None = None,
+        record: bool = True,
     ) -> EpisodeContext:
         """Open an episode and return its context (pass it, or its id, to every hook).
 
         `tool_schemas` (tool name -> JSON schema of its arguments) are the tools this run declares; calls
         that break them are findings before the tool runs. Adapters declare the framework's tools themselves.
+        ``record=False`` keeps the episode out of the run store (a repair fork's gate-only episode: the
+        repair attempt itself is recorded).
         """
         episode = Episode(
             episode_id=episode_id or uuid.uuid4().hex,
@@ -133,7 +136,8 @@ class Guard:
             if episode.episode_id in self._contexts:
                 raise GuardError(f"episode {episode.episode_id!r} is already running in this Guard")
             self._contexts[episode.episode_id] = ctx
-        if self.recorder is not None:
+        ctx.recorded = record and self.recorder is not None
+        if ctx.recorded:
             self._record(lambda: self.recorder.begin(ctx, mode=self.mode, layers=self.layer_names,  # type: ignore[union-attr]
                                                      versions=self.versions()))
         return ctx
@@ -215,7 +219,7 @@ class Guard:
         with ctx.lock:
             ctx.episode.steps.append(step)
         decision = self._run_sync("on_step", ctx, (step,))
-        if self.recorder is not None:
+        if ctx.recorded:
             self._record(lambda: self.recorder.step(ctx, step, decision))  # type: ignore[union-attr]
         return decision
 
@@ -243,7 +247,7 @@ class Guard:
         with ctx.lock:
             ctx.episode.steps.append(step)
         decision = await self._run_async("on_step", ctx, (step,))
-        if self.recorder is not None:
+        if ctx.recorded:
             self._record(lambda: self.recorder.step(ctx, step, decision))  # type: ignore[union-attr]
         return decision
 
@@ -251,7 +255,7 @@ class Guard:
         ctx = self.context(episode)
         self._close(ctx, answer)
         decision = await self._run_async("on_finish", ctx, (ctx.episode,))
-        if self.recorder is not None and self.recorder.finish_timeout_s > 0:
+        if ctx.recorded and self.recorder is not None and self.recorder.finish_timeout_s > 0:
             # The end of a recorded run waits until it is in the store: in a thread, never on the loop.
             return await asyncio.to_thread(self._finished, ctx, decision)
         return self._finished(ctx, decision)
@@ -265,13 +269,13 @@ class Guard:
             if answer is not None and (not ctx.episode.steps or not ctx.episode.steps[-1].is_final):
                 final = Step(index=len(ctx.episode.steps), kind=StepKind.FINAL, text=answer)
                 ctx.episode.steps.append(final)
-                if self.recorder is not None:
+                if ctx.recorded:
                     self._record(lambda: self.recorder.step(ctx, final))  # type: ignore[union-attr]
         with self._contexts_lock:
             self._contexts.pop(ctx.episode_id, None)
 
     def _finished(self, ctx: EpisodeContext, decision: Decision) -> Decision:
-        if self.recorder is not None:
+        if ctx.recorded:
             self._record(lambda: self.recorder.finish(ctx, decision))  # type: ignore[union-attr]
         return decision
 
@@ -447,7 +451,7 @@ class Guard:
             score=max(scores) if scores else None,
             episode_id=ctx.episode_id,
         )
-        if findings and self.recorder is not None and hook != "on_finish":  # the end is in the finish record
+        if findings and ctx.recorded and hook != "on_finish":  # the end is in the finish record
             self._record(lambda: self.recorder.decision(ctx, hook, decision, action))  # type: ignore[union-attr]
         return decision
 

@@ -95,6 +95,7 @@ class EpisodeContext:
         self.actions: list[Action] = []
         self.results: list[tuple[Action, Result]] = []
         self.finished = False
+        self.recorded = False  # the Guard records this episode into its run store
         self.lock = threading.RLock()
         self._layer_state: dict[int, Any] = {}
         self._scores: dict[str, float] = {}

@@ -10,6 +10,7 @@ readers get `RunSummary`s and `Episode`s.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -90,7 +91,7 @@ def summary_of(header: RunHeader | None, outcome: RunOutcome | None, label: str 
     header_id = header.episode_id if header is not None else episode_id
     findings = list(outcome.findings) if outcome is not None else [
         FindingRecord.model_validate(f) for d in decisions for f in d.get("findings") or []]
-    status = outcome.status if outcome is not None else "running"
+    status = outcome.status if outcome is not None else ("running" if _writer_alive(header) else "incomplete")
     versions = header.versions if header is not None else {}
     return RunSummary(
         episode_id=header_id or "",
@@ -107,6 +108,35 @@ def summary_of(header: RunHeader | None, outcome: RunOutcome | None, label: str 
         finished_at=outcome.finished_at if outcome is not None else None,
         repair_of=_repair_of(header),
     )
+
+
+_HOST = socket.gethostname()
+
+
+def _writer_alive(header: RunHeader | None) -> bool:
+    """Whether the process recording an unfinished episode may still be running: False only when it ran on this
+    machine and is gone (a killed recorder's episode is incomplete); a writer elsewhere counts as alive."""
+    writer = header.writer if header is not None else {}
+    pid = writer.get("pid")
+    if writer.get("host") != _HOST or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return True
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read(512).rsplit(b")", 1)[-1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _repair_of(header: RunHeader | None) -> str | None:
@@ -182,6 +212,20 @@ def is_store_dir(location: str | os.PathLike[str]) -> bool:
         return os.path.isfile(os.path.join(os.fspath(location), JOURNAL))
     except (TypeError, ValueError):
         return False
+
+
+def absolute_location(location: str | os.PathLike[str]) -> str:
+    """`location` (a corpus or store directory, or a store URL) so it means the same from any working directory:
+    what batch work ships to workers. A relative SQLite URL becomes absolute; other URLs stay as given."""
+    text = os.fspath(location)
+    if text.startswith("sqlite://"):
+        from guardrail.core.runstore.sql import sqlite_path
+
+        path = sqlite_path(text)
+        return text if path == ":memory:" else "sqlite:///" + os.path.abspath(path)
+    if is_store_url(text):
+        return text
+    return os.path.abspath(text)
 
 
 def open_store(location: str | os.PathLike[str] | RunStore, *, create: bool = True,

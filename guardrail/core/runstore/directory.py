@@ -62,7 +62,9 @@ JOURNAL = "runs.jsonl"
 MANIFEST = "manifest.json"
 MAX_JOURNAL_BYTES = 1 << 30  # a journal larger than this is refused unread (rotation keeps ours far below)
 _OPEN_FILES = 128  # episode files kept open for appending (least recently used closed first)
-_WRITE_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# O_NONBLOCK: a FIFO planted under an episode's name fails at once instead of waiting for a reader.
+_WRITE_FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                | getattr(os, "O_CLOEXEC", 0))
 
 
 def episode_file(episode_id: str) -> str:
@@ -299,11 +301,16 @@ class DirectoryStore(RunStore):
             entries = self._state()
             journal: list[str] = []
             steps: dict[str, list[str]] = {}
+            refused: dict[str, str] = {}  # episode -> why its file could not be written (the rest still is)
 
             def flush_steps() -> None:
                 for episode_id, lines in steps.items():
                     data = "".join(lines).encode("utf-8")
-                    _write_all(self._episode_fd(episode_id), data)
+                    try:
+                        _write_all(self._episode_fd(episode_id), data)
+                    except (OSError, StoreError) as exc:
+                        refused.setdefault(episode_id, str(exc))
+                        continue
                     entries[episode_id].bytes += len(data)
                 steps.clear()
 
@@ -318,9 +325,14 @@ class DirectoryStore(RunStore):
                 if isinstance(op, Begin):
                     flush_steps()
                     episode_id = op.header.episode_id
+                    try:
+                        self._episode_fd(episode_id, new=True)  # a re-used id starts over: the last run wins
+                    except (OSError, StoreError) as exc:
+                        refused[episode_id] = str(exc)
+                        entries.pop(episode_id, None)
+                        continue
                     entries[episode_id] = _Entry(header=op.header, file=episode_file(episode_id),
                                                  seq=max((e.seq for e in entries.values()), default=0) + 1)
-                    self._episode_fd(episode_id, new=True)  # a re-used id starts over: the last run wins
                     journal.append(json.dumps({"op": "begin", "header": op.header.model_dump(mode="json")}))
                 elif isinstance(op, DecisionOp):
                     if op.episode_id in entries:
@@ -346,6 +358,10 @@ class DirectoryStore(RunStore):
             journal.extend(self._evictions(entries))
             if journal:
                 _write_all(self._journal(), ("\n".join(journal) + "\n").encode("utf-8"))
+            if refused:
+                first = next(iter(refused.items()))
+                raise StoreError(f"{len(refused)} episode file(s) could not be written, the rest were "
+                                 f"(first: {first[0][:80]!r}: {first[1][:200]})")
 
     def _evictions(self, entries: dict[str, _Entry]) -> list[str]:
         """Journal lines evicting the oldest finished episodes (unlabelled first) while the store is over its cap."""

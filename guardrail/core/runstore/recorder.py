@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
+import re
+import socket
 import threading
 import time
 from collections import deque
@@ -39,25 +42,67 @@ from guardrail.core.version import version
 if TYPE_CHECKING:
     from guardrail.core.layer import EpisodeContext
 
-__all__ = ["RunRecorder", "episode_ops", "finding_record", "redact_content", "step_record"]
+__all__ = ["RunRecorder", "episode_ops", "finding_record", "may_hold_secret", "redact_content", "step_record"]
 
 _log = logging.getLogger("guardrail.runstore")
 
 _MESSAGE_CAP = 1_000  # a finding's message and hint as stored
 _CONTENT_CAP = 20_000  # one stored string (a step text, a tool result): the step path caps results at this too
 _BATCH = 512  # operations per store write
+_LINGER_S = 0.05  # how long the writer gathers a batch before writing it (unless someone waits on it)
+_WAITED_ON = frozenset({"finish", "flush", "stop"})
 _CONTENT_KEYS = ("text", "task")
+_HOST = socket.gethostname()
+
+
+# The recorder redacts every string it stores, on the writer thread, for every step of every agent: the full
+# rules cost ~120 us a string (several ms on a long one), the recording budget is 30 us a step. A string the
+# rules cannot change is kept as it is, decided in a few microseconds: no token prefix or key block, no
+# secret-named word next to an assignment, a flag or a header, no run of token characters that mixes letters
+# and digits over 16 or more (keys, tokens, high-entropy strings) and no hex run of 9 or more. Everything else
+# gets the full rules. tests/test_runstore_redaction.py holds this equal to redacting everything, on the
+# hostile secret suite and on every real corpus.
+_STRONG = ("-----begin", "bearer", "eyj", "xox", "sk-", "sk_", "pk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+           "github_pat", "aiza", "hf_", "sg.", "sq0", "akia", "asia", "mysql", "mariadb", "basic ", "digest ")
+_NAMED = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "cookie", "session", "dsn", "contrase",
+          "private", "sig")
+_NAMED_IN_CONTEXT = re.compile(
+    r"(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn|contrase|private|sig)[\w.-]*[\"'`]?[ \t]*"
+    r"(?::=|=>|[:=])|--?[\w-]*(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn)",
+    re.IGNORECASE)
+_URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_~.:-]{9,}")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{9}")
+_DIGIT = re.compile(r"[0-9]")
+_LETTER = re.compile(r"[A-Za-z]")
+
+
+_STRONG_WORD = re.compile("|".join(map(re.escape, _STRONG)))  # literals, matched on the lowered text
+_NAMED_WORD = re.compile("|".join(map(re.escape, _NAMED)))
+
+
+def may_hold_secret(text: str) -> bool:
+    """False only for a string the redaction rules would leave unchanged (see the comment above)."""
+    lowered = text.lower()
+    if _STRONG_WORD.search(lowered) is not None:
+        return True
+    if _NAMED_WORD.search(lowered) is not None and _NAMED_IN_CONTEXT.search(text):
+        return True
+    if ("@" in text or "-u" in text) and _URL_CREDENTIALS.search(text):
+        return True
+    for run in _TOKEN_RUN.finditer(text):
+        found = run.group()
+        if _HEX_RUN.search(found) or (len(found) >= 16 and _DIGIT.search(found) and _LETTER.search(found)):
+            return True
+    return False
 
 
 def redact_content(value: Any) -> Any:
     """`value` (JSON-able) with secrets masked in every string, under the span redaction rules, same shape."""
     from guardrail.core import spans
 
-    deep = getattr(spans, "redact_value", None)
-    if deep is not None:
-        return deep(value)
     masked = spans._mask_structure(value)  # noqa: SLF001 - the span module's own key-name rules
-    return _map_strings(masked, spans.redact_text)
+    return _map_strings(masked, lambda text: spans.redact_text(text) if may_hold_secret(text) else text)
 
 
 def _map_strings(value: Any, fn: Callable[[str], str], depth: int = 0) -> Any:
@@ -148,7 +193,7 @@ class RunRecorder:
         header = RunHeader(episode_id=episode.episode_id, started_at=now(), task=episode.task,
                            framework=episode.framework, model=episode.model, tools=list(episode.tools), mode=mode,
                            layers=layers, versions=dict(versions), guardrail_version=version(),
-                           meta=dict(episode.meta))
+                           writer={"host": _HOST, "pid": os.getpid()}, meta=dict(episode.meta))
         self._put(("begin", episode.episode_id, header), control=True)
 
     def step(self, ctx: EpisodeContext, step: Step, decision: Decision | None = None) -> None:
@@ -198,6 +243,8 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ the writer thread
     def _next_batch(self) -> list[Any]:
+        """What to write next: everything waiting, gathered for up to `_LINGER_S` after the first item so one
+        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those)."""
         items: list[Any] = []
         while self._side:
             items.append(self._side.popleft())
@@ -206,11 +253,16 @@ class RunRecorder:
                 items.append(self._queue.get(timeout=0.5))
             except queue.Empty:
                 return []
+        waited_on = any(item[0] in _WAITED_ON for item in items)
+        deadline = time.monotonic() + _LINGER_S
         while len(items) < _BATCH:
             try:
-                items.append(self._queue.get_nowait())
+                item = self._queue.get_nowait() if waited_on else \
+                    self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
+            items.append(item)
+            waited_on = waited_on or item[0] in _WAITED_ON
         while self._side and len(items) < 2 * _BATCH:
             items.append(self._side.popleft())
         return items
@@ -321,9 +373,54 @@ class RunRecorder:
         return self.flush(max(0.0, deadline - time.monotonic()))
 
 
+def _clean(step: Step) -> bool:
+    """True when redaction cannot change `step` (the writer's fast path). A step's text holds its calls'
+    arguments and results verbatim (`format_tool_text`), so a clean text clears the parts it contains."""
+    text = step.text
+    if may_hold_secret(text) or (step.task is not None and may_hold_secret(step.task)):
+        return False
+    from guardrail.core import spans
+
+    secret_key = spans._SECRET_KEY_NAME.fullmatch  # noqa: SLF001 - the span module's own key-name rule
+    for event in step.tool_events:
+        if event.guard_message is not None and may_hold_secret(event.guard_message):
+            return False
+        if event.result and event.result not in text and may_hold_secret(event.result):
+            return False
+        args = event.args
+        if isinstance(args, str):
+            if args not in text and may_hold_secret(args):
+                return False
+            continue
+        if not isinstance(args, dict):
+            return False
+        for key, value in args.items():
+            if not isinstance(key, str) or secret_key(key):
+                return False
+            if isinstance(value, str):
+                if value not in text and may_hold_secret(value):
+                    return False
+            elif not isinstance(value, int | float | bool | None):
+                return False  # nested values: the full walk decides
+    return True
+
+
 def step_record(step: Step, decision: Decision | None = None, *, redact: bool = True) -> str:
     """One step as the store keeps it: JSON, secrets masked, long strings capped, the guard's verdict and score
     of that step in ``meta["guard"]``; never larger than the store's per-step cap."""
+    judged = decision is not None and (decision.score is not None or decision.verdict is not Verdict.ALLOW)
+    if not redact or _clean(step):
+        # The common case, all in pydantic-core: nothing to mask; the guard's note spliced in as the last key
+        # (pydantic writes compact JSON ending in the object's brace, and `meta` is absent when empty).
+        text = step.model_dump_json(exclude_defaults=True)
+        if judged and not step.meta:
+            note = json.dumps({"guard": {"verdict": decision.verdict.value, "score": decision.score}})  # type: ignore[union-attr]
+            text = f'{text[:-1]},"meta":{note}}}'
+        elif judged:
+            text = step.model_copy(update={"meta": {**step.meta, "guard": {
+                "verdict": decision.verdict.value, "score": decision.score}}}).model_dump_json(exclude_defaults=True)  # type: ignore[union-attr]
+        if len(text) <= MAX_STEP_BYTES:
+            return text
     body = step.model_dump(mode="json", exclude_defaults=True)
     if redact:
         for key in _CONTENT_KEYS:
@@ -333,9 +430,9 @@ def step_record(step: Step, decision: Decision | None = None, *, redact: bool = 
             for key in ("args", "result", "guard_message"):
                 if key in event:
                     event[key] = redact_content(event[key])
-    if decision is not None and (decision.score is not None or decision.verdict is not Verdict.ALLOW):
+    if judged:
         meta = body.setdefault("meta", {})
-        meta["guard"] = {"verdict": decision.verdict.value, "score": decision.score}
+        meta["guard"] = {"verdict": decision.verdict.value, "score": decision.score}  # type: ignore[union-attr]
     text = json.dumps(body, ensure_ascii=False, default=str)
     if len(text) > MAX_STEP_BYTES:
         # An oversized step keeps its shape: the long strings are cut, the structure stays valid JSON.

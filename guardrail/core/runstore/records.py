@@ -56,6 +56,7 @@ class RunHeader(_Record):
     layers: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)  # e.g. model_sha256, spec_sha256
     guardrail_version: str | None = None
+    writer: dict[str, Any] = Field(default_factory=dict)  # {host, pid} of the recording process
     meta: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -132,6 +132,7 @@ class _SqlStore(RunStore):
         with self._lock:
             cursor = self._conn.cursor()
             try:
+                self._serialize_creation(cursor)
                 for statement in statements:
                     self._execute(cursor, statement)
                 self._execute(cursor, self._insert_ignore("guardrail_store", ("key", "value"), "key"),
@@ -144,6 +145,10 @@ class _SqlStore(RunStore):
                 raise
             finally:
                 cursor.close()
+
+    def _serialize_creation(self, cursor: Any) -> None:
+        """Hold off other processes creating the same store at once (SQLite's own lock already does)."""
+        return None
 
     def _insert_ignore(self, table: str, columns: Sequence[str], key: str) -> str:
         marks = ", ".join("?" for _ in columns)
@@ -175,8 +180,14 @@ class _SqlStore(RunStore):
         with self._lock:
             cursor = self._conn.cursor()
             try:
+                steps: list[StepLine] = []
                 for op in batch:
+                    if isinstance(op, StepLine):
+                        steps.append(op)  # written together: one statement for many rows
+                        continue
+                    self._write_steps(cursor, steps)
                     self._write_one(cursor, op)
+                self._write_steps(cursor, steps)
                 self._conn.commit()
             except Exception:
                 self._conn.rollback()
@@ -187,15 +198,24 @@ class _SqlStore(RunStore):
             if self._batches % _EVICT_EVERY == 0:
                 self._evict()
 
+    def _write_steps(self, cursor: Any, steps: list[StepLine]) -> None:
+        if not steps:
+            return
+        cursor.executemany(self._sql("INSERT INTO guardrail_steps (episode_id, idx, body) VALUES (?, ?, ?) "
+                                     "ON CONFLICT (episode_id, idx) DO UPDATE SET body = excluded.body"),
+                           [(op.episode_id, op.index, op.body) for op in steps])
+        counts: dict[str, list[int]] = {}
+        for op in steps:
+            count = counts.setdefault(op.episode_id, [0, 0])
+            count[0] += 1
+            count[1] += len(op.body)
+        cursor.executemany(self._sql("UPDATE guardrail_episodes SET n_steps = n_steps + ?, bytes = bytes + ? "
+                                     "WHERE episode_id = ? AND status = 'running'"),
+                           [(n, size, episode_id) for episode_id, (n, size) in counts.items()])
+        steps.clear()
+
     def _write_one(self, cursor: Any, op: StoreOp) -> None:
-        if isinstance(op, StepLine):
-            size = len(op.body)
-            self._execute(cursor, "INSERT INTO guardrail_steps (episode_id, idx, body) VALUES (?, ?, ?) "
-                                  "ON CONFLICT (episode_id, idx) DO UPDATE SET body = excluded.body",
-                          (op.episode_id, op.index, op.body))
-            self._execute(cursor, "UPDATE guardrail_episodes SET n_steps = n_steps + 1, bytes = bytes + ? "
-                                  "WHERE episode_id = ? AND status = 'running'", (size, op.episode_id))
-        elif isinstance(op, Begin):
+        if isinstance(op, Begin):
             header = op.header
             for table in ("guardrail_steps", "guardrail_decisions", "guardrail_episodes"):
                 self._execute(cursor, f"DELETE FROM {table} WHERE episode_id = ?", (header.episode_id,))
@@ -264,7 +284,7 @@ class _SqlStore(RunStore):
                 out.append(value)
         return out
 
-    def _record(self, row: tuple[Any, ...], sink: list[CorpusIssue]
+    def _record(self, row: tuple[Any, ...], sink: list[CorpusIssue], *, decisions: bool = False
                 ) -> tuple[RunSummary, RunHeader, RunOutcome | None, list[dict[str, Any]]] | None:
         episode_id, label, header_text, outcome_text, n_steps = row
         where = f"episode {str(episode_id)[:80]!r}"
@@ -274,12 +294,13 @@ class _SqlStore(RunStore):
         outcome = None
         if outcome_text is not None:
             outcome = _validated(RunOutcome, _loads(outcome_text, where + " outcome", sink), where + " outcome", sink)
-        decisions = self._decisions(episode_id, sink) if outcome is None else []
+        # An unfinished run's findings are its decisions'; a summary of a finished one needs none of them.
+        made = self._decisions(episode_id, sink) if outcome is None or decisions else []
         if label is not None and (not isinstance(label, str) or not label or len(label) > 200):
             sink.append(CorpusIssue(where, None, "its label is not a short string: read as unlabelled"))
             label = None
-        summary = summary_of(header, outcome, label, decisions, n_steps=int(n_steps or 0))
-        return summary, header, outcome, decisions
+        summary = summary_of(header, outcome, label, made, n_steps=int(n_steps or 0))
+        return summary, header, outcome, made
 
     def summaries(self, problems: list[CorpusIssue] | None = None) -> list[RunSummary]:
         sink = problems if problems is not None else []
@@ -294,7 +315,7 @@ class _SqlStore(RunStore):
                  problems: list[CorpusIssue] | None = None) -> Iterator[Episode]:
         sink = problems if problems is not None else []
         for row in self._rows(ids):
-            record = self._record(row, sink)
+            record = self._record(row, sink, decisions=True)
             if record is None:
                 continue
             summary, header, outcome, decisions = record
@@ -341,6 +362,10 @@ class PostgresStore(_SqlStore):
     placeholder = "%s"
     id_column = "id BIGSERIAL PRIMARY KEY"
     bytes_type = "BIGINT"
+
+    def _serialize_creation(self, cursor: Any) -> None:
+        # Concurrent CREATE TABLE IF NOT EXISTS race in PostgreSQL's catalog: one creator at a time, per database.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('guardrail run store schema'))")
 
     def _connect(self, create: bool) -> Any:
         try:
