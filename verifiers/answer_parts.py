@@ -10,6 +10,7 @@ word or a code as written, case aside.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from guardrail.core.events import Finding
 from verifiers.numbers import find_figures, find_numbers
@@ -45,15 +46,21 @@ def part_values(part: AnswerPart, call: Call) -> list[tuple[str | float, str | N
     return found
 
 
+@lru_cache(maxsize=512)
+def _readings(answer: str) -> tuple[tuple[Amount, ...], tuple[float, ...]]:
+    """An answer's numbers with units and its plain numbers, read once however many parts are checked against it."""
+    return tuple(find_amounts(answer)), tuple(_numbers(answer))
+
+
 def states_value(answer: str, value: str | float, unit: str | None, amounts: Sequence[Amount] | None = None,
                  numbers: Sequence[float] | None = None) -> bool:
     """Whether `answer` states `value` (a number in any unit it converts to, or the word as written)."""
     if isinstance(value, str):
         return value.casefold() in answer.casefold()
-    amounts = find_amounts(answer) if amounts is None else amounts
+    if amounts is None or numbers is None:
+        amounts, numbers = _readings(answer)
     if any(same_amount_in(a, value, unit) for a in amounts):
         return True
-    numbers = _numbers(answer) if numbers is None else numbers
     # A bare number (or money) stated as written or rounded to what the answer shows.
     return any(abs(n - value) <= 0.5 * 10 ** -_places(n) + 1e-9 for n in numbers)
 
@@ -73,7 +80,7 @@ def check_answer_parts(spec: VerifierSpec, calls: Sequence[Call], answer: str | 
     """One finding naming every asked-for value the answer leaves out."""
     if not any(t.answer for t in spec.tools.values()) or answer is None:
         return []
-    amounts, numbers = find_amounts(answer), _numbers(answer)
+    amounts, numbers = _readings(answer)
     missing: list[str] = []
     checked = 0
     seen: set[tuple[str, str, str]] = set()

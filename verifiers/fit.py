@@ -353,10 +353,12 @@ def _fit_totals(family: _Family, spec: VerifierSpec, calls: list[list[Call]],
             if found is not None:
                 group.keyed_weights, keyed_patterns[group.tool] = found
     share = 1.0 - family.allowed / len(stated)
-    # A relation that reproduces stated totals to the cent is no accident even on a bare majority of the runs (the
-    # shuffled-pair check below measures it): it is searched for on a majority, and kept past the support threshold
-    # only when chance cannot explain it; the runs it fails on are listed (mislabelled, or failures).
-    relations = search_relations(groups, stated, multipliers, rates, share=min(share, TOTALS_MAJORITY))
+    relations = search_relations(groups, stated, multipliers, rates, share=share)
+    if not relations:
+        # A relation that reproduces stated totals to the cent is no accident even on a bare majority of the runs
+        # (the shuffled-pair check below measures it): it is searched for on a majority, and kept past the support
+        # threshold only when chance cannot explain it; the runs it fails on are listed (mislabelled, or failures).
+        relations = search_relations(groups, stated, multipliers, rates, share=TOTALS_MAJORITY)
     if not relations:
         family.messages.append(f"totals: no relation of the {len(groups)} figure group(s) reproduces "
                                f"{'every' if share >= 1 else f'{share:.0%} of the'} healthy total(s); no totals check")

@@ -71,8 +71,11 @@ def verify_episode(episode: Episode, spec: VerifierSpec, contracts: Mapping[str,
     ledger = GroundingLedger(spec, episode.task)
     calls: list[Call] = []
     seen = ProvenanceContext([episode.task] if episode.task else [])
+    # A fitted spec names the arguments it checks per tool; one that checks none needs no index of what was seen.
+    provenance = spec.runs("provenance") and bool(episode.task) and (
+        not spec.tools or any(t.provenance is None or t.provenance for t in spec.tools.values()))
     for step in episode.steps:
-        if spec.runs("provenance") and episode.task:
+        if provenance:
             for event in step.tool_events:
                 verdict.findings.extend(check_provenance(spec, event.name, event.args, seen, step=step.index,
                                                          schema=tool_schemas.get(event.name) if tool_schemas else None))

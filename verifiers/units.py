@@ -26,8 +26,11 @@ PERCENT = "percent"
 _NOT_UNITS = frozenset({
     "a", "an", "at", "am", "pm", "in", "and", "or", "of", "to", "is", "as", "by", "for", "on", "the", "it", "be",
     "are", "was", "were", "x", "no", "nos", "per", "each", "from", "with", "if", "so", "up", "out", "off", "its",
-    "b", "c", "d", "e", "f", "i", "j", "l", "n", "o", "p", "q", "r", "t", "u", "v", "w", "y", "z", "st", "nd", "rd",
-    "th", "times", "point", "degree", "degrees", "rad", "bit", "bits", "count", "counts", "item", "items",
+    "st", "nd", "rd", "th", "times", "point", "degree", "degrees", "rad", "bit", "bits", "count", "counts", "item", "items",
+    # Words pint reads as units that, after a number in an answer, almost always count things instead.
+    "bag", "bags", "unit", "units", "line", "lines", "hand", "hands", "link", "links", "chain", "chains", "pole",
+    "poles", "rod", "rods", "points", "stone", "stones", "sheet", "sheets", "block", "blocks", "ball", "balls",
+    "barn", "barns", "nit", "nits", "gal", "cup", "cups", "drop", "drops", "shot", "shots", "quad", "quads",
 })
 # How the units a tool's field names carry are spelled ("temp_k", "distance_km", "duration_s").
 _FIELD_UNITS = {"k": "kelvin", "c": "degree_Celsius", "f": "degree_Fahrenheit", "pct": PERCENT, "percent": PERCENT,
@@ -41,6 +44,10 @@ _AMOUNT = re.compile(
     r"(?<![\w.,])(?P<num>[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+−]?\.\d+)"
     r"(?:\s?(?P<scale>thousand|million|billion)\b)?\s?" + _UNIT_RE, re.IGNORECASE)
 _SCALES = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
+_SINGLE_LETTER_UNITS = frozenset("KmsghWLVJN")  # other lone letters after a number are list markers, grades, variables
+_ALIASES = {"metre": "meter", "metres": "meter", "litre": "liter", "litres": "liter", "feet": "foot", "lbs": "pound",
+            "celsius": "degree_Celsius", "centigrade": "degree_Celsius", "fahrenheit": "degree_Fahrenheit",
+            "kb": "kilobyte", "mb": "megabyte", "gb": "gigabyte", "tb": "terabyte", "ml": "milliliter", "l": "liter"}
 _DEGREE_WORDS = {"celsius": "degree_Celsius", "centigrade": "degree_Celsius", "fahrenheit": "degree_Fahrenheit",
                  "kelvin": "kelvin", "c": "degree_Celsius", "f": "degree_Fahrenheit"}
 
@@ -78,19 +85,44 @@ def resolve_unit(token: str) -> tuple[str, str] | None:
         word = (degree.group(1) or degree.group(2)).lower()
         name = "kelvin" if word == "k" else _DEGREE_WORDS.get(word)
         return (name, "[temperature]") if name else None
+    if len(text) == 1 and text not in _SINGLE_LETTER_UNITS:
+        return None
     if text.lower() in _NOT_UNITS or text.lower().split("/")[0].split(" per ")[0] in _NOT_UNITS:
         return None
+    alias = _ALIASES.get(text.lower()) if text.lower() != "l" or text == "L" else None
+    if alias is not None and not (text.lower() == "mb" and text == "mb"):  # "mb" is millibar's symbol too
+        text = alias
     if text.lower() in (PERCENT, "percentage", "per cent"):
         return PERCENT, PERCENT
+    rate = re.split(r"\s*(?:/|\sper\s)\s*", text, maxsplit=1)
+    if len(rate) == 2:  # "km/h", "miles per hour": each side must be a unit in its own right
+        if resolve_unit(rate[0]) is None or resolve_unit(rate[1]) is None:
+            return None
+        text = f"{rate[0]}/{rate[1]}"
     registry = _registry()
     try:
-        unit = registry.parse_units(text.replace(" per ", "/"))
+        unit = registry.parse_units(text)
     except Exception:  # noqa: BLE001 - pint raises several types for what is not a unit
+        return None
+    if len(rate) == 1 and not _spelled_as(text, unit):
         return None
     dimension = str(unit.dimensionality)
     if dimension == "dimensionless":
         return None  # a count word ("dozen") or a ratio pint cannot tell from a plain number
     return str(unit), dimension
+
+
+def _spelled_as(text: str, unit: Any) -> bool:
+    """Whether `text` is the unit's own symbol or name (plural too), not a prefix glued to some other unit
+    ("units" parses as micro-nits): pint reads far more than a writer means."""
+    symbol = f"{unit:~}".replace(" ", "")
+    name = str(unit).lower()
+    folded = text.lower().replace(" ", "_")
+    if folded in {a.lower() for a in _ALIASES.values()}:
+        return True
+    return text.replace(" ", "") == symbol or folded in (name, name + "s", name + "es") or \
+        (folded.endswith("s") and folded[:-1] in (name,)) or folded in ("kph", "kmh", "mph", "hr", "hrs", "secs",
+                                                                        "mins", "sec")
 
 
 def field_unit(name: str) -> tuple[str, str] | None:
