@@ -652,12 +652,13 @@ def _fit_facts(family: _Family, calls: list[list[Call]], tools: dict[str, ToolSp
                 continue  # healthy answers do not repeat it: not a fact the answer states
             distinct = sorted({v.casefold() for _, v in seen})
             short = all(len(v) <= 30 and len(v.split()) <= 3 for _, v in seen)
-            shape = None
-            if not (short and 2 <= len(distinct) <= max(2, len(seen) // 3)):
-                shape = _value_shape([v for _, v in seen])
-                if shape is None:
-                    continue
+            # Open values (emails, codes) get their shape, which a next contact's or item's value also has; words
+            # from a small vocabulary (conditions, statuses) get the vocabulary.
+            shape = _value_shape([v for _, v in seen])
+            if shape is not None:
                 distinct = []
+            elif not (short and 2 <= len(distinct) <= max(2, len(seen) // 3)):
+                continue
             facts.append(Fact(field=path, key_field=key_field, key_arg=None if key_field else key_arg,
                               vocabulary=distinct, shape=shape, support=len(seen) - len(missed),
                               exceptions=sorted(set(missed))))

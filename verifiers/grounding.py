@@ -8,6 +8,7 @@ items. An ungrounded figure is reported at the step where it first appears.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable
 
@@ -164,15 +165,21 @@ class GroundingLedger:
         received = self.amounts_
         if any(same_amount_in(stated, v, u) for v, u in received):
             return True
+        tolerance = 0.5 * 10.0 ** -stated.decimals + 1e-9 * max(1.0, abs(stated.value))
         if stated.dimension == PERCENT:
             if any(same_amount_in(stated, 100 * v, None) for v, u in received if u is None and abs(v) <= 1):
                 return True
-            recent = [v for v, u in received[-MAX_PAIRS:] if v]
-            return any(same_amount_in(stated, 100 * a / b, None) for a in recent for b in recent if a != b)
-        recent = [(c, u) for v, u in received[-MAX_PAIRS:]
-                  if (c := (v if u is None else convert(v, u, stated.unit))) is not None]
-        return any(same_amount_in(stated, a + b, None) or same_amount_in(stated, abs(a - b), None)
-                   for i, (a, _) in enumerate(recent) for b, _ in recent[i + 1:])
+            ratios = [v for v, _u in received[-MAX_PAIRS:] if v]
+            return any(same_amount_in(stated, 100 * a / b, None) for a in ratios for b in ratios if a != b)
+        values = sorted(c for v, u in received[-MAX_PAIRS:]
+                        if (c := (v if u is None else convert(v, u, stated.unit))) is not None)
+        # One step of + or -: for each received a, is there a b with a + b or |a - b| the stated value (log time each).
+        for i, a in enumerate(values):
+            for target in (stated.value - a, a - stated.value, a + stated.value):
+                j = bisect.bisect_left(values, target - tolerance)
+                if j < len(values) and values[j] <= target + tolerance and (j != i or values.count(a) > 1):
+                    return True
+        return False
 
     def check_call(self, call: Call) -> list[Finding]:
         """Check a combining tool's expression before its result joins the ledger."""
