@@ -195,63 +195,15 @@ def run_langchain(guard: Guard, agent: Agent, entity: Any, fault: str | None = N
 # --------------------------------------------------------------------------- AutoGen
 def run_autogen(guard: Guard, agent: Agent, entity: Any, fault: str | None = None) -> dict[str, Any]:
     from autogen_agentchat.agents import AssistantAgent
-    from autogen_core import FunctionCall
-    from autogen_core.models import (
-        ChatCompletionClient,
-        CreateResult,
-        FunctionExecutionResultMessage,
-        ModelFamily,
-        RequestUsage,
-        UserMessage,
-    )
     from autogen_core.tools import FunctionTool
 
     from adapters.autogen import AutoGenGuard
+    from tests.scripted_clients import scripted_client
 
-    class ScriptedClient(ChatCompletionClient):
-        async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
-            task = next(m.content for m in messages if isinstance(m, UserMessage))
-            names = {call.id: call.name for m in messages for call in (getattr(m, "content", None) or [])
-                     if isinstance(call, FunctionCall)}
-            results = [(names.get(r.call_id, r.name), r.content) for m in messages
-                       if isinstance(m, FunctionExecutionResultMessage) for r in m.content]
-            move = agent.move(task, results, fault)
-            usage = RequestUsage(prompt_tokens=10, completion_tokens=5)
-            if "answer" in move:
-                return CreateResult(finish_reason="stop", content=move["answer"], usage=usage, cached=False)
-            return CreateResult(finish_reason="function_calls", usage=usage, cached=False,
-                                content=[FunctionCall(id=f"call_{len(results)}", name=move["name"],
-                                                      arguments=json.dumps(move["args"]))])
-
-        def create_stream(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError("the scripted client does not stream")
-
-        async def close(self) -> None:
-            return None
-
-        def actual_usage(self) -> RequestUsage:
-            return RequestUsage(prompt_tokens=0, completion_tokens=0)
-
-        total_usage = actual_usage
-
-        def count_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-            return 0
-
-        def remaining_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-            return 100_000
-
-        @property
-        def capabilities(self) -> Any:
-            return self.model_info
-
-        @property
-        def model_info(self) -> Any:
-            return {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
-                    "structured_output": False}
-
+    client = scripted_client(lambda task, results: agent.move(task, results, fault))
     task = agent.task(entity)
     guarded = AutoGenGuard(guard, task=task)
-    assistant = AssistantAgent(agent.name, model_client=guarded.model_client(ScriptedClient()),
+    assistant = AssistantAgent(agent.name, model_client=guarded.model_client(client),
                                workbench=guarded.workbench([FunctionTool(t, description=t.__doc__ or t.__name__)
                                                             for t in agent.tools]), max_tool_iterations=8)
 

@@ -148,12 +148,8 @@ def fitted_rows(sentinel: Path | None, testbed: Path | None, seed: int = 0) -> d
     return {"rows": rows, "summary": summary}
 
 
-def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
-    """Fit on every healthy cold episode and verify ext (held out) and provoked (2 healthy runs: nothing to fit
-    on there), beside the booking_tour spec."""
-    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
-        return []
-    fitted = fit_spec(e for e in _labelled(sentinel, "organic_demo7b_cold") if e.is_healthy)
+def _organic_targets(sentinel: Path, fitted: VerifierSpec, source: str, label: str) -> list[dict[str, Any]]:
+    """`fitted` beside booking_tour on ext (held out) and provoked, per published label."""
     hand = load_spec("booking_tour")
     rows: list[dict[str, Any]] = []
     for target, note in (("organic_demo7b_ext", " (held out)"), ("organic_demo7b_provoked", "")):
@@ -164,9 +160,18 @@ def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
         for episode in _labelled(sentinel, target):
             _count(fit_counts, episode, verify_episode(episode, fitted).flags)
             _count(hand_counts, episode, verify_episode(episode, hand).flags)
-        name = f"cold -> {target}{note}"
-        rows += _rows(name, "fitted on cold", fit_counts) + _rows(name, "booking_tour", hand_counts)
+        name = f"{source} -> {target}{note}"
+        rows += _rows(name, label, fit_counts) + _rows(name, "booking_tour", hand_counts)
     return rows
+
+
+def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
+    """Fit on every healthy cold episode and verify ext (held out) and provoked (2 healthy runs: nothing to fit
+    on there), beside the booking_tour spec."""
+    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
+        return []
+    fitted = fit_spec(e for e in _labelled(sentinel, "organic_demo7b_cold") if e.is_healthy)
+    return _organic_targets(sentinel, fitted, "cold", "fitted on cold")
 
 
 def shipped_rows(sentinel: Path) -> dict[str, Any]:
@@ -177,18 +182,7 @@ def shipped_rows(sentinel: Path) -> dict[str, Any]:
         return {"rows": [], "exceptions": {}}
     shipped = read_corpus(sentinel / "organic_demo7b_cold").episodes
     result = fit_spec_report(shipped)
-    hand = load_spec("booking_tour")
-    rows: list[dict[str, Any]] = []
-    for target, note in (("organic_demo7b_ext", " (held out)"), ("organic_demo7b_provoked", "")):
-        if not (sentinel / target / "manifest.json").is_file():
-            continue
-        fit_counts: dict[str, Counter[str]] = defaultdict(Counter)
-        hand_counts: dict[str, Counter[str]] = defaultdict(Counter)
-        for episode in _labelled(sentinel, target):
-            _count(fit_counts, episode, verify_episode(episode, result.spec).flags)
-            _count(hand_counts, episode, verify_episode(episode, hand).flags)
-        name = f"cold as shipped -> {target}{note}"
-        rows += _rows(name, "fitted on cold as shipped", fit_counts) + _rows(name, "booking_tour", hand_counts)
+    rows = _organic_targets(sentinel, result.spec, "cold as shipped", "fitted on cold as shipped")
     published = {e.episode_id: e.label for e in _labelled(sentinel, "organic_demo7b_cold")}
     exceptions = {}
     for family in result.families:
