@@ -66,8 +66,10 @@ class GroundingLedger:
         # The task's own numbers (nights, quantities, a tax rate) are the user's, so a run may use them.
         self.values_.extend(find_numbers((task or "")[:MAX_TASK_CHARS]))
         # Every number received with its unit (None: a bare number), for the unit checks; the task's count too.
-        self.amounts_: list[tuple[float, str | None]] = [(v, None) for v in self.values_]
-        self.amounts_ += [(a.value, a.unit) for a in find_amounts((task or "")[:MAX_TASK_CHARS])]
+        # Read lazily: most texts state no number with a unit, and the hot path should not parse every result.
+        self._amounts: list[tuple[float, str | None]] | None = None
+        self._task_text = (task or "")[:MAX_TASK_CHARS]
+        self._unread: list[str] = []  # results not read for numbers yet
         self.quantities_ = resolve_quantities(spec, task, [])
         self._add_quantity_values()
         self._quantity_tools = {q.tool for q in spec.quantities.values() if q.source == "tool"}
@@ -96,8 +98,8 @@ class GroundingLedger:
     def add_result(self, call: Call) -> None:
         """Record what one tool call returned."""
         self.calls_.append(call)
-        if call.result and call.classified.kind != "error" and len(self.amounts_) < MAX_AMOUNTS:
-            self.amounts_.extend(result_numbers(call.result)[:MAX_AMOUNTS - len(self.amounts_)])
+        if call.result and call.classified.kind != "error" and len(self._unread) < MAX_AMOUNTS:
+            self._unread.append(call.result)
         if call.tool in self._quantity_tools and call.made:
             known = set(self.quantities_.values)
             self.quantities_ = resolve_quantities(self.spec, self.task, self.calls_)
@@ -157,6 +159,19 @@ class GroundingLedger:
                 totals = None
             self._totals = (len(self.calls_), totals)
         return self._totals[1]
+
+    @property
+    def amounts_(self) -> list[tuple[float, str | None]]:
+        """Every number received so far with its unit (None: bare), the task's and the spec's constants included."""
+        if self._amounts is None:
+            self._amounts = [(v, None) for v in self.values_]
+            self._amounts += [(a.value, a.unit) for a in find_amounts(self._task_text)]
+        for text in self._unread:
+            if len(self._amounts) >= MAX_AMOUNTS:
+                break
+            self._amounts.extend(result_numbers(text)[:MAX_AMOUNTS - len(self._amounts)])
+        self._unread = []
+        return self._amounts
 
     def grounded_amount(self, stated: Amount) -> bool:
         """A number stated with a unit is grounded when a received number is it (converted from the unit it came in;
@@ -229,7 +244,7 @@ class GroundingLedger:
                 hint="state only figures the tools returned or their sums",
             ))
         dimensions = self.spec.unit_dimensions
-        if dimensions is None or dimensions:
+        if (dimensions is None or dimensions) and any(ch.isdigit() for ch in text):
             stated = [a for a in find_amounts(text) if dimensions is None or a.dimension in dimensions]
             wrong = [a for a in stated if not self.grounded_amount(a)]
             if wrong:
