@@ -690,10 +690,9 @@ def _fit_answer_parts(family: _Family, calls: list[list[Call]], tools: dict[str,
             missed: list[str] = []
             for r, call in made:
                 answer = family.runs[r].answer
+                asked = {str(v).casefold() for v in call.args.values()} if isinstance(call.args, dict) else set()
                 for value, unit in part_values(part, call):
-                    if isinstance(value, str) and (len(value) < 2 or value.casefold() in
-                                                  {str(v).casefold() for v in (call.args or {}).values()}
-                                                  if isinstance(call.args, dict) else False):
+                    if isinstance(value, str) and (len(value) < 2 or value.casefold() in asked):
                         continue  # the call's own argument (the city asked about) says nothing new
                     tried += 1
                     if answer is None or not states_value(answer, value, unit):
