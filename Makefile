@@ -31,6 +31,7 @@ typecheck: install
 # PostgreSQL for the shared-checkpoint tests (installed from Debian packages when missing; the tests
 # start their own throwaway server on loopback and skip with a message if it cannot be had).
 services:
+	@bash scripts/chromium.sh install || echo "note: Chromium could not be installed; the report browser test will skip"
 	@bash scripts/postgres.sh install || echo "note: PostgreSQL could not be installed; the Postgres tests will skip"
 
 pytest: install services

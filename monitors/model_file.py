@@ -61,6 +61,9 @@ def save_monitor(monitor: StepMonitor, path: str | os.PathLike[str], *, extra: d
     arrays = {f"hybrid.{key}": np.ascontiguousarray(value) for key, value in monitor.hybrid_.get_state().items()}
     arrays.update({f"telemetry.{key}": np.ascontiguousarray(value)
                    for key, value in monitor.telemetry_.get_state().items()})
+    maxima = getattr(monitor, "calibration_maxima_", None)
+    if maxima is not None and len(maxima):  # the calibration set, for drift's conformal p-values
+        arrays["calibration.maxima"] = np.ascontiguousarray(maxima, dtype=np.float64)
     header = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -134,6 +137,9 @@ def load_monitor(path: str | os.PathLike[str]) -> StepMonitor:
                              "`guardrail fit`") from exc
     monitor.n_train_ = int(header.get("n_train") or 0)
     monitor.n_val_ = int(header.get("n_val") or 0)
+    # Absent from files written before drift checks existed.
+    found = arrays.get("calibration.maxima")
+    monitor.calibration_maxima_ = np.sort(found) if found is not None and found.ndim == 1 else None
     return monitor
 
 

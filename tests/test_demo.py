@@ -73,6 +73,18 @@ def test_runs_txt_and_the_report_and_spans_are_written(demo):
     assert any(s["name"] == "guardrail.monitor" and "guardrail.score" in s["attributes"] for s in spans)
 
 
+def test_the_report_opens_every_recorded_episode(demo):
+    out, summary = demo
+    page = out / "report" / "index.html"
+    text = page.read_text()
+    site = json.loads((out / "report" / "site.json").read_text())
+
+    assert summary["report"] == str(page)
+    assert len(site["episodes"]) == len(open_store(summary["store"], create=False).summaries())
+    assert all((out / "report" / e["page"]).is_file() for e in site["episodes"])
+    assert text.count("<svg class='spark'") == len(site["episodes"])  # every stream drawn, none left out
+
+
 def test_summary_printout_names_each_scene(demo, capsys):
     _print_summary(demo[1])
 

@@ -22,9 +22,9 @@ from guardrail import Guard
 from guardrail.core.cli import main as guardrail
 
 FIT_CITIES = [f"Fitville-{n}" for n in range(40)]
-# Cities the fitting runs never saw, named like the ones they did (runs on entities of other names are the
-# monitor's generalization tests, tests/test_monitor_*).
-NEW_CITIES = [f"Fitville-{n}" for n in range(100, 106)]
+# Cities the fitting runs never saw, named like the ones they did (runs on entities of other names and shapes are
+# the monitor's generalization tests, tests/test_monitor_*).
+NEW_CITIES = [f"Fitville-{n}" for n in range(40, 46)]
 CONDITIONS = ["sunny", "snowy", "cloudy", "rainy", "windy"]
 Fault = Literal["bad_args", "loop", "skip_convert"] | None
 

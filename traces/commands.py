@@ -26,6 +26,8 @@ TABLE: dict[str, CommandSpec] = {
     "sandbox": _bench("traces.bench.sandbox:BENCH", "the gate probing a SWE-ReX sandbox vs the local backend"),
     "gate-traj": _bench("traces.bench.gate_traj:BENCH", "gate blocking precision on replayed agent trajectories"),
     "monitor": _bench("traces.bench.monitor:BENCH", "monitor AUROC/detection/FA on corpora, vs published"),
+    "drift": _bench("traces.bench.drift:BENCH", "guardrail drift: false drift on fresh healthy runs, detection of a "
+                                                "new tool result shape"),
     "verify": _bench("traces.bench.verify:BENCH", "verifier catch rates and healthy false positives"),
     "consistency": _bench("traces.bench.consistency:BENCH", "naive vs separated self-consistency gate"),
     "repair": _bench("traces.bench.repair:BENCH", "repair rungs vs the resample control"),

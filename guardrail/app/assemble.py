@@ -20,6 +20,13 @@ verifier           ``spec=`` (a verifier spec or its name)                      
 repair             ``checkpointer=`` (a LangGraph saver) or ``repair=True``             ``"repair"``
 =================  ==================================================================  ===============
 
+A model or spec given as a file is watched (``watch=False`` to pin it): at each episode start a
+changed file is loaded and swapped in, running episodes keep the version they started with, and a
+file that fails to load is refused with a finding while the old one keeps judging
+(`guardrail.app.hotswap`). ``shadow_model=`` / ``shadow_spec=`` score a candidate on the same steps
+and record what it would have said beside the live decision, never acting (``guardrail runs
+--compare``). `Guard.from_config` builds all of this from a ``guardrail.toml`` (`guardrail.app.config`).
+
 ``record=`` (a directory, ``sqlite:///runs.db`` or ``postgresql://...``) records every episode into a
 run store (`guardrail.core.runstore`): label them (``guard.label``, ``guardrail label``), fit on the
 healthy ones (``guardrail fit``, ``guardrail fit-spec`` read a store as they read a corpus).
@@ -32,6 +39,7 @@ run; AutoGen agents and teams use it through ``adapters.autogen_repair``.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,12 +70,13 @@ class Sampling:
     n: int
 
 
-def _gate(workspace: str | os.PathLike[str] | None, *, python: str | None) -> Layer:
+def _gate(workspace: str | os.PathLike[str] | None, *, python: str | None,
+          options: Mapping[str, Any] | None = None) -> Layer:
     try:
         from guardrail.gate.layer import GateLayer
     except ImportError as exc:
         raise LayerUnavailable(f"the gate was asked for, but guardrail.gate cannot load: {exc}") from exc
-    return GateLayer(workspace, python=python)
+    return GateLayer(workspace, python=python, **dict(options or {}))
 
 
 def _monitor(model: Any) -> Layer:
@@ -117,6 +126,37 @@ def _sandbox_tools(sandbox: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]
     return sandbox_tools(sandbox)
 
 
+def _is_file(value: Any) -> bool:
+    return isinstance(value, str | os.PathLike) and os.path.isfile(value)
+
+
+def _watched_monitor(model: Any, watch: bool) -> Layer:
+    if watch and _is_file(model):
+        from guardrail.app.hotswap import WatchedLayer
+
+        return WatchedLayer(model, _monitor, sha_key="model_sha256")
+    return _monitor(model)
+
+
+def _watched_verifiers(spec: Any, contracts: Any, watch: bool) -> Layer:
+    if watch and _is_file(spec):
+        from guardrail.app.hotswap import WatchedLayer
+
+        return WatchedLayer(spec, lambda path: _verifiers(path, contracts), sha_key="spec_sha256")
+    return _verifiers(spec, contracts)
+
+
+def _shadows(shadow_model: Any, shadow_spec: Any, contracts: Any, watch: bool) -> list[Layer]:
+    from guardrail.app.hotswap import ShadowLayer
+
+    out: list[Layer] = []
+    if shadow_model is not None:
+        out.append(ShadowLayer(_watched_monitor(shadow_model, watch)))
+    if shadow_spec is not None:
+        out.append(ShadowLayer(_watched_verifiers(shadow_spec, contracts, watch)))
+    return out
+
+
 def _recorder(record: Any, options: Mapping[str, Any] | None) -> Any:
     """The run recorder for ``record=``: a recorder as given, or one over the store a path or URL names."""
     from guardrail.core.runstore import RunRecorder
@@ -144,20 +184,27 @@ def default_layers(
     extra_layers: Sequence[Layer] = (),
     consistency: Layer | None = None,
     disable: Collection[str] = (),
+    shadow_model: Any = None,
+    shadow_spec: Any = None,
+    watch: bool = True,
+    gate_options: Mapping[str, Any] | None = None,
 ) -> list[Layer]:
-    """The layers for what is given, in pipeline order: gate, consistency, monitor, verifiers, then `extra_layers`."""
+    """The layers for what is given, in pipeline order: gate, consistency, monitor, verifiers, `extra_layers`, then
+    the shadows (last, so a candidate never sees a step before the live layers judged it)."""
     off = _disabled(disable)
     layers: list[Layer] = []
     if "gate" not in off:
         # With no workspace the gate still holds every call to the schema its tool declares (zero configuration).
-        layers.append(_gate(workspace, python=python))
+        layers.append(_gate(workspace, python=python, options=gate_options))
     if consistency is not None and "consistency" not in off:
         layers.append(consistency)
     if model is not None and "monitor" not in off:
-        layers.append(_monitor(model))
+        layers.append(_watched_monitor(model, watch))
     if spec is not None and "verifier" not in off:
-        layers.append(_verifiers(spec, contracts))
+        layers.append(_watched_verifiers(spec, contracts, watch))
     layers.extend(extra_layers)
+    layers.extend(_shadows(shadow_model if "monitor" not in off else None,
+                           shadow_spec if "verifier" not in off else None, contracts, watch))
     return layers
 
 
@@ -182,6 +229,10 @@ def default_guard(
     repair: bool | None = None,
     repair_options: Mapping[str, Any] | None = None,
     disable: Collection[str] = (),
+    shadow_model: Any = None,
+    shadow_spec: Any = None,
+    watch: bool = True,
+    gate_options: Mapping[str, Any] | None = None,
     **guard_options: Any,
 ) -> PipelineGuard:
     """A Guard with every layer the arguments allow (see the module docstring for the table).
@@ -191,7 +242,9 @@ def default_guard(
     every dry run); ``model`` the step monitor; ``spec`` (a verifier spec, a shipped spec's name, or
     a spec file such as one ``guardrail fit-spec`` wrote) the end-of-run verifiers; ``checkpointer``
     (or ``repair=True``) the repairer (``repair_options`` go to `repair.Repairer`: rung, breaker,
-    max_attempts...). ``disable`` switches layers off by name. Asking for a layer whose package
+    max_attempts...). ``disable`` switches layers off by name. ``shadow_model`` / ``shadow_spec``
+    score candidates beside the live layers without acting; ``watch`` swaps in changed model and
+    spec files at episode start; ``gate_options`` go to the gate (``budget_s``...). Asking for a layer whose package
     cannot load raises `LayerUnavailable` saying which; other keyword arguments go to the Guard
     (``fail_closed``, ``capture_content``, ``tracer``, ``offload``).
     """
@@ -202,7 +255,9 @@ def default_guard(
         sampling = _consistency(n, sandbox, tool_schemas, epoch)
     layers = default_layers(workspace=workspace, model=model, spec=spec, python=python,
                             contracts=contracts, extra_layers=extra_layers,
-                            consistency=sampling.layer if sampling else None, disable=off)
+                            consistency=sampling.layer if sampling else None, disable=off,
+                            shadow_model=shadow_model, shadow_spec=shadow_spec, watch=watch,
+                            gate_options=gate_options)
     if tools is not None:
         from adapters.tool_schemas import tool_schemas as declared_schemas
 
@@ -229,6 +284,7 @@ class Guard(PipelineGuard):
     sampling: Sampling | None = None  # self-consistency wiring, when assembled with n=
     repairer: Any = None  # a repair.Repairer, when assembled with a checkpointer (or repair=True)
     checkpointer: Any = None
+    config: Any = None  # the guardrail.app.config.DeployConfig it was built from (Guard.from_config)
 
     @classmethod
     def default(cls, **options: Any) -> Guard:
@@ -236,6 +292,67 @@ class Guard(PipelineGuard):
         guard = default_guard(cls, **options)
         assert isinstance(guard, Guard)
         return guard
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str] = "guardrail.toml", *, environ: Mapping[str, str] | None = None,
+                    **options: Any) -> Guard:
+        """The Guard a ``guardrail.toml`` describes (`guardrail.app.config`), with ``GUARDRAIL_*`` environment
+        overrides (`environ`, default ``os.environ``). `options` are what a file cannot name (``sandbox=``,
+        ``checkpointer=``, ``tools=`` as framework tools, ``tracer=``...) and win over the file. A file with
+        problems raises `guardrail.app.config.ConfigError` listing every one."""
+        from guardrail.app.config import guard_from_config
+
+        guard = guard_from_config(path, cls=cls, environ=environ, **options)
+        assert isinstance(guard, Guard)
+        return guard
+
+    # ------------------------------------------------------------------ hot swap
+    def _watched(self) -> list[Any]:
+        found = getattr(self, "_watched_layers", None)
+        if found is None:
+            from guardrail.app.hotswap import ShadowLayer, WatchedLayer
+
+            found = []
+            for layer in self.layers:
+                inner = layer.inner if isinstance(layer, ShadowLayer) else layer
+                if isinstance(inner, WatchedLayer):
+                    found.append(inner)
+            self._watched_layers = found
+            self._swap_lock = threading.Lock()
+        return found
+
+    @property
+    def swaps(self) -> list[Any]:
+        """Every change of a watched model or spec file so far (`guardrail.app.hotswap.SwapEvent`s, oldest first)."""
+        return sorted((e for layer in self._watched() for e in layer.events), key=lambda e: e.at)
+
+    def start_episode(self, *args: Any, **kwargs: Any) -> Any:
+        """Open an episode (see the pipeline's `start_episode`); first, swap in any watched file that changed, and
+        pin the episode to the versions current now."""
+        watched = self._watched()
+        if not watched:
+            return super().start_episode(*args, **kwargs)
+        refused = []
+        with self._swap_lock:
+            for layer in watched:
+                try:
+                    event = layer.refresh()
+                except Exception:  # noqa: BLE001 - checking a file never fails the agent's episode
+                    import logging
+
+                    logging.getLogger("guardrail").exception("guardrail: checking %s failed", layer.path)
+                    continue
+                if event is not None:
+                    self.metrics.swapped(layer.name, event.outcome)
+                    if event.outcome == "refused":
+                        refused.append(layer.refusal_finding(event))
+            ctx = super().start_episode(*args, **kwargs)
+            for layer in watched:
+                ctx.state(layer)  # pinned: a later swap does not change what judges this episode
+        if refused:
+            with ctx.lock:
+                ctx.findings.extend(refused)
+        return ctx
 
     @property
     def layer_names(self) -> list[str]:

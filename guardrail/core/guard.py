@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,6 +27,7 @@ from guardrail.core.events import (
     Verdict,
 )
 from guardrail.core.layer import EpisodeContext, Layer
+from guardrail.core.metrics import GuardMetrics
 
 if TYPE_CHECKING:
     from guardrail.core.runstore.recorder import RunRecorder
@@ -72,6 +74,7 @@ class Guard:
         offload: bool = True,
         recorder: RunRecorder | None = None,
         tools: Mapping[str, dict[str, Any]] | None = None,
+        meter: Any = None,
     ) -> None:
         if mode not in ("report", "intervene"):
             raise GuardError(f"mode must be 'report' or 'intervene', got {mode!r}")
@@ -89,6 +92,10 @@ class Guard:
         self.tools: dict[str, dict[str, Any]] = dict(tools or {})
         # A tracer from the global API follows whatever provider is set later (it is a proxy until then).
         self._tracer = tracer or tm.get_tracer()
+        # Metrics through the global API unless a meter is given (a no-op until a MeterProvider is installed).
+        self.metrics = GuardMetrics.for_meter(meter)
+        if recorder is not None:
+            self.metrics.watch_dropped(recorder)
         self._contexts: dict[str, EpisodeContext] = {}
         self._contexts_lock = threading.Lock()
         # Which layers implement which hook, computed once (the hot path skips the rest).
@@ -275,6 +282,12 @@ class Guard:
             self._contexts.pop(ctx.episode_id, None)
 
     def _finished(self, ctx: EpisodeContext, decision: Decision) -> Decision:
+        try:
+            with ctx.lock:
+                alarmed = any(f.severity is Severity.ALARM for f in ctx.findings)
+            self.metrics.episode_done(decision.verdict.value, alarmed)
+        except Exception:  # noqa: BLE001 - metrics are telemetry, never a reason to fail
+            _log.exception("guardrail: recording episode metrics failed")
         if ctx.recorded:
             self._record(lambda: self.recorder.finish(ctx, decision))  # type: ignore[union-attr]
         return decision
@@ -388,13 +401,14 @@ class Guard:
         for layer in layers:
             span = self._start_span(hook, layer, ctx, action, content)
             error: BaseException | None = None
+            started = time.perf_counter()
             with trace.use_span(span, end_on_exit=False):
                 try:
                     findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
                 except Exception as exc:  # fail-open: a broken layer never breaks the agent
                     error = exc
                     findings = [self._internal_error(layer, hook, exc, ctx)]
-            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
+            self._settle(hook, layer, ctx, span, findings, error, collected, scores, started)
 
     def _run_layers_locked(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
                            action: Action | None, content: tuple[str | None, str | None],
@@ -421,18 +435,25 @@ class Guard:
             for layer in layers:
                 span = self._start_span(hook, layer, ctx, action, content)
                 error: BaseException | None = None
+                started = time.perf_counter()
                 with trace.use_span(span, end_on_exit=False):
                     try:
                         findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
                     except Exception as exc:  # fail-open, as in the sync path
                         error = exc
                         findings = [self._internal_error(layer, hook, exc, ctx)]
-                self._settle(hook, layer, ctx, span, findings, error, collected, scores)
+                self._settle(hook, layer, ctx, span, findings, error, collected, scores, started)
         return self._conclude(hook, ctx, collected, scores, action)
 
     def _settle(self, hook: Hook, layer: Layer, ctx: EpisodeContext, span: Span, findings: list[Finding],
-                error: BaseException | None, collected: list[Finding], scores: list[float]) -> None:
-        """After one layer's hook: take its score, close its span, add its findings."""
+                error: BaseException | None, collected: list[Finding], scores: list[float],
+                started: float | None = None) -> None:
+        """After one layer's hook: take its score, close its span, count it, add its findings."""
+        if started is not None:
+            try:
+                self.metrics.layer_done(layer.name, hook, time.perf_counter() - started, findings)
+            except Exception:  # noqa: BLE001 - metrics are telemetry, never a reason to fail
+                _log.exception("guardrail: recording layer metrics failed")
         score = ctx.pop_score(layer)
         if score is not None:
             scores.append(score)
@@ -451,6 +472,10 @@ class Guard:
             score=max(scores) if scores else None,
             episode_id=ctx.episode_id,
         )
+        try:
+            self.metrics.decided(hook, decision.verdict.value)
+        except Exception:  # noqa: BLE001 - metrics are telemetry, never a reason to fail
+            _log.exception("guardrail: recording decision metrics failed")
         if findings and ctx.recorded and hook != "on_finish":  # the end is in the finish record
             self._record(lambda: self.recorder.decision(ctx, hook, decision, action))  # type: ignore[union-attr]
         return decision

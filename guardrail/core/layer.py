@@ -102,6 +102,9 @@ class EpisodeContext:
         # The JSON schemas of the tools the agent declared for this run (name -> schema of its arguments);
         # adapters fill it from the framework's own tools, `Guard.start_episode(tool_schemas=...)` from the user.
         self.tool_schemas: dict[str, dict[str, Any]] = {}
+        # What shadow layers (a candidate model or spec scored beside the live one, never acting) made of this
+        # run, by shadow layer name: the run recorder stores it beside the live outcome.
+        self.shadow: dict[str, Any] = {}
 
     @property
     def episode_id(self) -> str:

@@ -106,7 +106,8 @@ def summary_of(header: RunHeader | None, outcome: RunOutcome | None, label: str 
         spec_sha256=versions.get("spec_sha256"),
         started_at=header.started_at if header is not None else None,
         finished_at=outcome.finished_at if outcome is not None else None,
-        repair_of=_repair_of(header),
+        repair_of=_meta_text(header, "repair_of"),
+        imported_from=_meta_text(header, "imported_from"),
     )
 
 
@@ -139,8 +140,8 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def _repair_of(header: RunHeader | None) -> str | None:
-    value = header.meta.get("repair_of") if header is not None else None
+def _meta_text(header: RunHeader | None, key: str) -> str | None:
+    value = header.meta.get(key) if header is not None else None
     return value if isinstance(value, str) else None
 
 
@@ -155,6 +156,8 @@ def episode_of(summary: RunSummary, header: RunHeader | None, outcome: RunOutcom
     run["decisions"] = [dict(d) for d in decisions]
     if outcome is not None and outcome.steps_dropped:
         run["steps_dropped"] = outcome.steps_dropped
+    if outcome is not None and outcome.shadow:
+        run["shadow"] = dict(outcome.shadow)
     meta = dict(header.meta) if header is not None else {}
     meta["run"] = run
     return Episode(episode_id=summary.episode_id, steps=steps, task=summary.task, label=summary.label,

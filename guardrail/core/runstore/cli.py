@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from guardrail.core.cliutil import Command, emit_json, print_table
 from guardrail.core.corpus import CorpusIssue
-from guardrail.core.events import HEALTHY, Severity
+from guardrail.core.events import HEALTHY, Episode, Severity
 from guardrail.core.runstore.base import StoreError, label_counts, open_store
 from guardrail.core.runstore.records import UNLABELLED, RunSummary
 
-__all__ = ["LABEL", "RUNS", "clean_episodes"]
+__all__ = ["LABEL", "RUNS", "clean_episodes", "shadow_comparison"]
 
 _ORDER = {s.value: n for n, s in enumerate(Severity)}  # info < warning < alarm < error
 _WARN = _ORDER[Severity.WARNING.value]
@@ -30,9 +30,12 @@ def _open(location: str, command: str) -> object | None:
         return None
 
 
-def clean_episodes(summaries: Sequence[RunSummary]) -> list[RunSummary]:
-    """Unlabelled episodes that finished with no finding at warning or above (repair attempts left out)."""
+def clean_episodes(summaries: Sequence[RunSummary], *, include_imported: bool = False) -> list[RunSummary]:
+    """Unlabelled episodes a guard watched that finished with no finding at warning or above. Repair attempts are
+    left out, and imported traces unless `include_imported`: no guard judged an imported run while it ran, so its
+    having no finding says nothing by itself."""
     return [s for s in summaries if s.label == UNLABELLED and s.status == "complete" and s.repair_of is None
+            and (include_imported or s.imported_from is None)
             and not any(_ORDER.get(f.severity, _WARN) >= _WARN for f in s.findings)]
 
 
@@ -50,12 +53,62 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", default=None, help="only episodes with this label")
     parser.add_argument("--status", default=None, choices=("running", "complete", "incomplete"),
                         help="only episodes in this state (running: not finished, or the recorder was killed)")
+    parser.add_argument("--compare", action="store_true",
+                        help="live vs shadow: the episodes where a shadow model or spec would have decided otherwise")
+
+
+def shadow_comparison(episode: Episode) -> list[dict[str, object]]:
+    """Per shadow layer of a recorded episode: what the live layer and its shadow said, and whether they agree."""
+    run = episode.meta.get("run")
+    if not isinstance(run, dict) or not isinstance(run.get("shadow"), dict):
+        return []
+    shadow = run["shadow"]
+    findings = run.get("findings") or []
+    rows = []
+    for name, record in sorted(shadow.items()):
+        if not isinstance(record, dict):
+            continue
+        live_layer = name[len("shadow_"):] if name.startswith("shadow_") else name
+        live = [f for f in findings if isinstance(f, dict) and f.get("layer") == live_layer
+                and f.get("check") != "swap_refused"]
+        live_alarm = next((f.get("step") for f in live if f.get("severity") == "alarm"), None)
+        shadow_findings = [f for f in record.get("findings") or [] if isinstance(f, dict)]
+        live_checks = sorted({str(f.get("check")) for f in live})
+        shadow_checks = sorted({str(f.get("check")) for f in shadow_findings})
+        shadow_alarm = record.get("alarm_step")
+        agree = live_checks == shadow_checks and (live_alarm is None) == (shadow_alarm is None)
+        rows.append({"episode_id": episode.episode_id, "label": episode.label, "layer": live_layer,
+                     "live": ", ".join(live_checks) or "-", "live_alarm_step": live_alarm,
+                     "shadow": ", ".join(shadow_checks) or "-", "shadow_alarm_step": shadow_alarm,
+                     "shadow_max_score": record.get("max_score"), "agree": agree})
+    return rows
+
+
+def _run_compare(args: argparse.Namespace, store: object) -> int:
+    problems: list[CorpusIssue] = []
+    with store:  # type: ignore[attr-defined]
+        episodes = list(store.episodes(problems=problems))  # type: ignore[attr-defined]
+    rows = [row for e in episodes if (args.label is None or e.label == args.label) for row in shadow_comparison(e)]
+    if args.json:
+        for row in rows:
+            emit_json(row)
+    else:
+        disagree = [row for row in rows if not row["agree"]]
+        print_table(disagree, ["episode_id", "label", "layer", "live", "live_alarm_step", "shadow",
+                               "shadow_alarm_step", "shadow_max_score"])
+        shadowed = len({row["episode_id"] for row in rows})
+        print(f"{shadowed} episode(s) with a shadow; live and shadow disagree on "
+              f"{len({row['episode_id'] for row in disagree})}")
+    _report(problems)
+    return 1 if any(p.severity == "error" for p in problems) else 0
 
 
 def _run_runs(args: argparse.Namespace) -> int:
     store = _open(args.store, "runs")
     if store is None:
         return 2
+    if args.compare:
+        return _run_compare(args, store)
     problems: list[CorpusIssue] = []
     with store:  # type: ignore[attr-defined]
         summaries = store.summaries(problems)  # type: ignore[attr-defined]
@@ -88,6 +141,8 @@ def _label_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the label: {HEALTHY!r}, 'failed' or any label of yours")
     parser.add_argument("--clean-as", dest="clean_as", metavar="LABEL",
                         help="label every unlabelled episode that finished with no finding at warning or above")
+    parser.add_argument("--include-imported", action="store_true",
+                        help="with --clean-as: imported traces too (no guard judged them; verify them first)")
     parser.add_argument("--json", action="store_true", help="print what was labelled as one JSON object")
 
 
@@ -114,8 +169,13 @@ def _run_label(args: argparse.Namespace) -> int:
             missing = store.set_labels(wanted)  # type: ignore[attr-defined]
         else:
             summaries = store.summaries(problems)  # type: ignore[attr-defined]
-            wanted = {s.episode_id: label for s in clean_episodes(summaries)}
+            wanted = {s.episode_id: label for s in clean_episodes(summaries, include_imported=args.include_imported)}
             missing = store.set_labels(wanted) if wanted else []  # type: ignore[attr-defined]
+            imported = sum(1 for s in summaries if s.label == UNLABELLED and s.imported_from is not None)
+            if imported and not args.include_imported:
+                sys.stderr.write(f"guardrail label: {imported} imported episode(s) left unlabelled: no guard judged "
+                                 "them; run `guardrail verify` on the store, then label them by id or with "
+                                 "--include-imported\n")
     labelled = [e for e in wanted if e not in missing]
     for episode_id in missing:
         sys.stderr.write(f"guardrail label: no episode {episode_id!r} in {args.store}\n")

@@ -11,6 +11,7 @@ that fails is logged once per kind of error and counted.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import re
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -134,6 +136,12 @@ def finding_record(finding: Finding, redact: Callable[[Any], Any] | None = None)
                          message=_cap(message, _MESSAGE_CAP) or "", hint=_cap(hint, _MESSAGE_CAP))
 
 
+def _close_at_exit(reference: weakref.ref[RunRecorder]) -> None:
+    recorder = reference()
+    if recorder is not None:
+        recorder.close(timeout_s=5.0)
+
+
 class _Waiter:
     """Set when the writer has handled everything put before it (a flush, an episode's end, a label)."""
 
@@ -171,6 +179,10 @@ class RunRecorder:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="guardrail-recorder", daemon=True)
         self._thread.start()
+        # A program that never closes its Guard still gets its queued events written at exit (the writer is a
+        # daemon thread, alive while atexit handlers run); a weak reference so the hook keeps nothing alive.
+        reference = weakref.ref(self)
+        atexit.register(_close_at_exit, reference)
 
     # ------------------------------------------------------------------ the Guard's calls (agent thread)
     def _put(self, item: tuple[Any, ...], *, control: bool = False) -> bool:
@@ -207,9 +219,10 @@ class RunRecorder:
         episode = ctx.episode
         with ctx.lock:
             findings = list(ctx.findings)
+            shadow = dict(ctx.shadow)
         waiter = _Waiter()
         self._put(("finish", episode.episode_id, decision.verdict.value, findings, episode.task,
-                   list(episode.tools), len(episode.steps), status, reason, now(), waiter), control=True)
+                   list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True)
         if self.finish_timeout_s > 0 and not self._closed:
             waiter.event.wait(self.finish_timeout_s)
 
@@ -234,7 +247,10 @@ class RunRecorder:
             return
         self.flush(timeout_s)
         self._closed = True
-        self._queue.put(("stop", ""))
+        try:
+            self._queue.put(("stop", ""), timeout=timeout_s)
+        except queue.Full:
+            self._side.append(("stop", ""))
         self._thread.join(timeout_s)
         try:
             self.store.close()
@@ -341,13 +357,14 @@ class RunRecorder:
                 return None
             return DecisionOp(episode_id, self._decision_body(hook, decision, action, step_index))
         if kind == "finish":
-            _, _, verdict, findings, task, tools, n_steps, status, reason, finished_at, _ = item
+            _, _, verdict, findings, task, tools, n_steps, status, reason, finished_at, shadow, _ = item
             self._open.pop(episode_id, None)
             redact = redact_content if self.redact else None
             outcome = RunOutcome(finished_at=finished_at, status=status, verdict=verdict,
                                  task=redact(task) if redact and task else task, tools=tools, n_steps=n_steps,
                                  findings=[finding_record(f, redact) for f in findings],
-                                 steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason)
+                                 steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason,
+                                 shadow=redact(shadow) if redact and shadow else shadow)
             return Finish(episode_id, outcome)
         raise ValueError(f"unknown recorder item {kind!r}")
 

@@ -72,6 +72,8 @@ class RunOutcome(_Record):
     findings: list[FindingRecord] = Field(default_factory=list)
     steps_dropped: int = 0  # steps past the store's per-episode cap, or lost to a full queue
     reason: str | None = None  # why an episode is incomplete (the recorder closed, the process ended)
+    # Shadow layers' view of the run (layer name -> versions, alarm step, findings), never acted on.
+    shadow: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunSummary(_Record):
@@ -90,6 +92,7 @@ class RunSummary(_Record):
     started_at: str | None = None
     finished_at: str | None = None
     repair_of: str | None = None  # a repair attempt (or fork) of that episode: it replays a run from a checkpoint
+    imported_from: str | None = None  # a trace imported from elsewhere (no guard judged it while it ran)
 
     @property
     def finished(self) -> bool:

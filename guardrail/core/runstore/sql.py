@@ -319,6 +319,8 @@ class _SqlStore(RunStore):
             if record is None:
                 continue
             summary, header, outcome, decisions = record
+            if outcome is not None:  # a finished run's decisions are read for its episode, not its summary
+                decisions = self._decisions(summary.episode_id, sink)
             steps: list[Step] = []
             for index, body in self._query("SELECT idx, body FROM guardrail_steps WHERE episode_id = ? ORDER BY idx",
                                            (summary.episode_id,)):
