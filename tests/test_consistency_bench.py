@@ -18,7 +18,7 @@ SWEEP_KEYS = {"paraphrase_rate", "coincident_rate", "separated_fp_share", "fabri
 def test_cli_json_has_the_issue_keys(capsys):
     assert main(["bench", "consistency", "--json", "--plans", "120", "--seed", "2", "--sweep-plans", "60",
                  "--sweep-paraphrase", "0", "0.5", "--sweep-coincident", "0", "1", "--sweep-gap", "0.2",
-                 "--sweep-recombined", "1"]) == 0
+                 "--sweep-recombined", "1", "--slip-plans", "150"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert set(REQUIRED) <= set(figures)
     assert figures["n_plans"] == 120
@@ -36,6 +36,7 @@ def test_cli_json_has_the_issue_keys(capsys):
         signals = figures["scorers"][scorer]["signals"]
         assert sum(sum(rules.values()) for rules in signals.values()) == figures["n_in_scope"]
     assert set(figures["probes"]) == {"record_two_calls", "rounds_3_interval_20ms", "same_with_sandbox_clock_advanced"}
+    assert set(figures["slip_point"]["by_style"]) >= {"healthy", "same_format", "near_miss"}
 
 
 def test_paraphrased_healthy_plans_are_never_rejected_and_coincident_fabrications_all_run():
@@ -96,3 +97,18 @@ def test_naive_scorer_rejects_what_the_separated_gate_defers():
     rejects, combined = NaiveCombinedScorer(registry).rejects(reordered)
     assert rejects and combined == 0.1
     assert ConsistencyGate(registry).evaluate(reordered).decision.value == "defer"
+
+
+def test_slipped_fabrications_look_like_real_values_and_only_another_entitys_real_value_gets_past_provenance():
+    from traces.bench.consistency_slips import STYLES
+
+    figures = run_benchmark(n_plans=400, seed=3, fabricated_fraction=0.5, coincident_rate=0.5, slip_styles=STYLES)
+    by_style = figures["by_style"]
+    assert set(STYLES) <= set(by_style)
+    for style in ("same_format", "near_miss"):  # invented values in the real format: nothing the agent saw holds them
+        assert by_style[style]["n"] > 0 and by_style[style]["layer_rejected"] >= 0.9 * by_style[style]["n"]
+        not_whole = by_style[style]["single_shot_ungrounded"] + by_style[style]["single_shot_partial"]
+        assert not_whole >= 0.9 * by_style[style]["n"]
+    # A real value of another entity is in the episode: provenance grounds it, by design (the layer's blind spot).
+    assert by_style["other_entity"]["single_shot_ungrounded"] == 0
+    assert by_style["healthy"]["layer_rejected"] == 0 and by_style["healthy"]["single_shot_ungrounded"] == 0

@@ -242,7 +242,7 @@ def test_the_json_record_has_exactly_the_interface_fields():
     record = verify_episode(tour(answer="The total is $1."), SPEC).to_json()
     assert set(record) == {"episode_id", "flags", "findings"}
     assert set(record["flags"]) == {"total_consistency", "required_coverage", "tool_contract", "grounding",
-                                    "completion"}
+                                    "completion", "answer_parts", "tool_error", "provenance"}
 
 
 class Quote(BaseModel):

@@ -110,3 +110,8 @@ def test_bench_verify_reports_ours_beside_the_published_figures(sentinel_dir, tm
     assert fitted[("fitted", "arithmetic_error")]["with_coverage"] == "37/37"
     assert report["fitted_summary"][0]["k_fold_healthy_flagged"] == "0/63"
     assert report["fitted_transfer"] == [] and report["fit_seconds"] is None  # no ext corpus, no testbed here
+    # Fitted on cold exactly as shipped (every run "healthy"): the totals check is kept, and every run it lists as an
+    # exception to relabel is a failure by the published labels.
+    shipped = report["fitted_as_shipped"]
+    assert "total_consistency" in shipped["checks"] and shipped["healthy_as_shipped"] == 120
+    assert shipped["exceptions"] and all(c["runs"] == c["published_failures"] for c in shipped["exceptions"].values())

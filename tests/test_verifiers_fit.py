@@ -114,15 +114,18 @@ def test_no_fitting_run_is_flagged_and_what_would_flag_one_is_dropped_with_a_mes
     result = fit_spec_report(runs)
     [variant] = result.spec.variants
     assert not variant.runs("completion") and not variant.runs("total_consistency")
-    assert any("completion: flagged 1 fitting run(s)" in m for m in result.families[0].messages)
+    assert any("completion: flagged 1 of 11 fitting run(s)" in m for m in result.families[0].messages)
     assert all(findings(run, result.spec) == [] for run in runs)
 
 
 def test_held_out_healthy_runs_are_checked_and_reported():
     result = fit_spec_report([order_run(s) for s in range(20)], holdout=0.25)
     [family] = result.families
-    assert (family.healthy_fit, family.held_out) == (15, 5) and family.held_out_flagged.get("any", 0) == 0
-    assert result.spec.variants[0].fitted.held_out == {"runs": 5, "flagged": family.held_out_flagged}
+    # Held out by entity: every run naming a held-out item is out, so the count is near, not exactly, a quarter.
+    assert family.healthy_fit + family.held_out == 20 and 4 <= family.held_out <= 8
+    assert family.held_out_flagged.get("any", 0) == 0
+    assert result.spec.variants[0].fitted.held_out == {"runs": family.held_out, "flagged": family.held_out_flagged,
+                                                       "by": "entity"}
 
 
 def test_only_healthy_episodes_are_fitted_on():
@@ -150,7 +153,7 @@ def test_fit_spec_writes_a_spec_that_verify_and_guard_default_use(tmp_path, caps
     assert main(["fit-spec", str(corpus), "-o", str(out), "--holdout", "0.25"]) == 0
     printed = capsys.readouterr().out
     assert "12 healthy episode(s) of 13 given" in printed and f"wrote {out}" in printed
-    assert load_spec(out).variants[0].fitted.healthy_fit == 9
+    assert 7 <= load_spec(out).variants[0].fitted.healthy_fit <= 10  # held out by entity: about a quarter
 
     assert main(["verify", str(corpus), "--spec", str(out), "--json"]) == 0
     records = {r["episode_id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}

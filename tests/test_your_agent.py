@@ -117,65 +117,14 @@ def autogen_run(guard: Guard, city: str, fault: Fault = None) -> dict[str, Any]:
     import asyncio
 
     from autogen_agentchat.agents import AssistantAgent
-    from autogen_core import FunctionCall
-    from autogen_core.models import (
-        ChatCompletionClient,
-        CreateResult,
-        FunctionExecutionResultMessage,
-        ModelFamily,
-        RequestUsage,
-        UserMessage,
-    )
     from autogen_core.tools import FunctionTool
 
     from adapters.autogen import AutoGenGuard
-
-    class WeatherClient(ChatCompletionClient):
-        async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
-            task = next(m.content for m in messages if isinstance(m, UserMessage))
-            names = {}
-            for m in messages:
-                for call in getattr(m, "content", None) or []:
-                    if isinstance(call, FunctionCall):
-                        names[call.id] = call.name
-            results = [(names.get(r.call_id, r.name), r.content) for m in messages
-                       if isinstance(m, FunctionExecutionResultMessage) for r in m.content]
-            move = next_move(task, results, fault)
-            usage = RequestUsage(prompt_tokens=10, completion_tokens=5)
-            if "answer" in move:
-                return CreateResult(finish_reason="stop", content=move["answer"], usage=usage, cached=False)
-            return CreateResult(finish_reason="function_calls", usage=usage, cached=False,
-                                content=[FunctionCall(id=f"call_{len(results)}", name=move["name"],
-                                                      arguments=json.dumps(move["args"]))])
-
-        def create_stream(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError("the scripted client does not stream")
-
-        async def close(self) -> None:
-            return None
-
-        def actual_usage(self) -> RequestUsage:
-            return RequestUsage(prompt_tokens=0, completion_tokens=0)
-
-        total_usage = actual_usage
-
-        def count_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-            return 0
-
-        def remaining_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-            return 100_000
-
-        @property
-        def capabilities(self) -> Any:
-            return self.model_info
-
-        @property
-        def model_info(self) -> Any:
-            return {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
-                    "structured_output": False}
+    from tests.scripted_clients import scripted_client
 
     guarded = AutoGenGuard(guard, task=task_for(city))
-    agent = AssistantAgent("weather", model_client=guarded.model_client(WeatherClient()),
+    client = scripted_client(lambda task, results: next_move(task, results, fault))
+    agent = AssistantAgent("weather", model_client=guarded.model_client(client),
                            workbench=guarded.workbench([FunctionTool(get_weather, description=get_weather.__doc__),
                                                         FunctionTool(convert, description=convert.__doc__)]),
                            max_tool_iterations=12)

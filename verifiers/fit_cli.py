@@ -10,7 +10,7 @@ from pathlib import Path
 from guardrail.core.cliutil import Command, emit_json, print_table
 from guardrail.core.corpus import CorpusError, read_corpus
 from guardrail.core.events import Episode
-from verifiers.fit import DEFAULT_MAX_CHANCE, DEFAULT_MIN_SUPPORT, FitResult, fit_spec_report
+from verifiers.fit import DEFAULT_MAX_CHANCE, DEFAULT_MIN_SUPPORT, DEFAULT_SUPPORT, FitResult, fit_spec_report
 from verifiers.spec import dump_spec
 
 __all__ = ["FIT_SPEC", "read_labels"]
@@ -34,11 +34,15 @@ def _add(parser: argparse.ArgumentParser) -> None:
                         help=f"runs (or results) a rule must hold on; smaller families get generic (default "
                              f"{DEFAULT_MIN_SUPPORT})")
     parser.add_argument("--holdout", type=float, default=0.2,
-                        help="share of each family's healthy runs kept out of the fit and checked (default 0.2)")
+                        help="share of each family's healthy runs kept out of the fit and checked, held out by entity: "
+                             "runs about cities, SKUs, contacts no fitting run saw (default 0.2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     parser.add_argument("--max-chance", type=float, default=DEFAULT_MAX_CHANCE,
                         help="highest share of shuffled runs a totals relation may hold on (default "
                              f"{DEFAULT_MAX_CHANCE})")
+    parser.add_argument("--support", type=float, default=DEFAULT_SUPPORT,
+                        help="least share of a family's healthy runs a rule must hold on; the runs it fails on are "
+                             f"listed by id (default {DEFAULT_SUPPORT})")
     parser.add_argument("--name", default="fitted", help="the spec's name (variants are named after it)")
     parser.add_argument("--json", action="store_true", help="print the per-family report as one JSON object")
 
@@ -57,6 +61,12 @@ def _report(result: FitResult, output: Path, as_json: bool) -> None:
         print(f"\n{family.name}: {family.template}")
         for message in family.messages:
             print(f"  - {message}")
+        rates = {rule: rate for rule, rate in family.held_out_rates.items() if rule != "any"}
+        if rates:
+            print("  held-out healthy runs flagged, per rule (held out by entity): "
+                  + ", ".join(f"{rule} {rate:.1%}" for rule, rate in sorted(rates.items())))
+        for rule, ids in family.exceptions.items():
+            print(f"  ! {len(ids)} healthy run(s) break {rule}: {', '.join(ids)}; relabel them or keep the rule off")
     print(f"\nwrote {output}")
 
 
@@ -83,8 +93,11 @@ def _run(args: argparse.Namespace) -> int:
                     continue  # an unlabelled episode is not known to be healthy
                 episode = episode.model_copy(update={"label": labels[episode.episode_id]})
             episodes.append(episode)
+    if not 0.5 <= args.support <= 1.0:
+        sys.stderr.write(f"guardrail fit-spec: --support must be between 0.5 and 1, got {args.support}\n")
+        return 2
     result = fit_spec_report(episodes, name=args.name, min_support=args.min_support, holdout=args.holdout,
-                             seed=args.seed, max_chance=args.max_chance)
+                             seed=args.seed, max_chance=args.max_chance, support=args.support)
     try:
         args.output.write_text(dump_spec(result.spec), encoding="utf-8")
     except OSError as exc:

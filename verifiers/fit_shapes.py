@@ -186,21 +186,38 @@ class ShapeFit:
     messages: list[str]
 
 
+_ENTITY_MARK = "\x05"  # stands for an argument value inside an error or empty answer while its shape is spelled
+_QUOTED = re.compile(r"'[^'\n]{1,80}'|\"[^\"\n]{1,80}\"")
+
+
+def _without_entities(text: str, arguments: Sequence[str]) -> str:
+    """`text` with what the call was about (its argument values, anything quoted) marked: "unknown city 'Oslo'"
+    is the shape of every "unknown city '...'", not of Oslo's alone."""
+    for value in sorted({a.strip() for a in arguments if len(a.strip()) >= 2}, key=len, reverse=True):
+        text = re.sub(r"(?<!\w)" + re.escape(value) + r"(?!\w)", _ENTITY_MARK, text, flags=re.IGNORECASE)
+    return _QUOTED.sub(lambda m: m.group()[0] + _ENTITY_MARK + m.group()[0], text)
+
+
 def fit_shapes(tool: str, results: Sequence[tuple[str, bool]], *, anchor: str | None,
-               min_support: int) -> ShapeFit:
-    """The shapes of one tool's healthy results (text, is_error); rare generalized shapes fold into free text."""
+               min_support: int, arguments: Sequence[Sequence[str]] | None = None) -> ShapeFit:
+    """The shapes of one tool's healthy results (text, is_error); rare generalized shapes fold into free text.
+
+    `arguments` (per result, the call's argument values) lets error and empty answers generalize over
+    the entity they name, as value results generalize over their words and digits.
+    """
     texts = [(text.strip(), err) for text, err in results]
     has_figures = sum(1 for t, _ in texts if figures_of(t)) > len(texts) / 2
     kinds = [(t, classify_kind(t, err, has_figures)) for t, err in texts]
     values = [t for t, k in kinds if k == "value"]
     messages: list[str] = []
     shapes: Counter[tuple[str, str]] = Counter()
-    for text, kind in kinds:
+    for index, (text, kind) in enumerate(kinds):
         if kind == "error" and _GENERIC_ERROR.fullmatch(text):
             continue  # the spec's error_shapes already declare it
         if kind != "value":
-            literal, _n = _shape_of(text[:MAX_SHAPE_CHARS], set(), None, literal=True)
-            shapes[(literal, kind)] += 1
+            marked = _without_entities(text[:MAX_SHAPE_CHARS], arguments[index] if arguments else ())
+            literal, _n = _shape_of(marked, set(), None, literal=True)
+            shapes[(literal.replace(_ENTITY_MARK, ".+?"), kind)] += 1
     schema: dict[str, object] | None = None
     if values and all(is_json(t) for t in values):
         from genson import SchemaBuilder  # deferred: only tools with JSON results need it

@@ -94,10 +94,17 @@ def _matches(totals: np.ndarray, stated: Sequence[Sequence[float]], places: int)
     return out
 
 
+MAX_ANCHORS = 8  # runs the search is enumerated on in turn (a mislabelled first run must not hide the relation)
+
+
 def search_relations(groups: Sequence[GroupData], stated: Sequence[Sequence[float]],
                      quantities: dict[str, np.ndarray], rates: dict[str, np.ndarray],
-                     *, limit: int = 20) -> list[Relation]:
-    """Relations that reproduce every run's stated total, simplest first (at most `limit`)."""
+                     *, limit: int = 20, share: float = 1.0) -> list[Relation]:
+    """Relations that reproduce the stated total of at least `share` of the runs, simplest first (at most `limit`).
+
+    The candidates are enumerated on one run and checked on the rest; with `share` < 1 the first
+    few runs take turns as that run, so one run that breaks the relation cannot hide it.
+    """
     runs = len(stated)
     if runs == 0 or not groups:
         return []
@@ -106,14 +113,17 @@ def search_relations(groups: Sequence[GroupData], stated: Sequence[Sequence[floa
         adjustments += [(("percent_add", name), 1 + rate, 1.0), (("percent_off", name), 1 - rate, 1.0)]
     candidates = [_candidates(g, quantities, runs) for g in groups]
     found: list[Relation] = []
+    anchors = range(min(runs, MAX_ANCHORS) if share < 1.0 else 1)
     for places in (2, 0):
-        found += _full_search(groups, candidates, stated, adjustments, places)
+        for anchor in anchors:
+            found += _full_search(groups, candidates, stated, adjustments, places, anchor=anchor, share=share)
         if not found:
-            found += _subset_search(groups, candidates, stated, adjustments, places)
+            found += _subset_search(groups, candidates, stated, adjustments, places, share=share)
         if found:
             break
-    found.sort(key=lambda r: r.cost)
-    return found[:limit]
+    unique = {(tuple(sorted((k, m.expression, m.keyed) for k, m in r.multipliers.items())), r.subset, r.adjustment,
+               r.places): r for r in sorted(found, key=lambda r: -r.cost)}
+    return sorted(unique.values(), key=lambda r: r.cost)[:limit]
 
 
 def _grid(contributions: list[np.ndarray]) -> np.ndarray:
@@ -144,17 +154,17 @@ def _relation(groups: Sequence[GroupData], chosen: dict[int, Multiplier], subset
 
 def _full_search(groups: Sequence[GroupData], candidates: list[list[Multiplier]],
                  stated: Sequence[Sequence[float]], adjustments: list[tuple[tuple[str, str] | None, np.ndarray, float]],
-                 places: int) -> list[Relation]:
+                 places: int, *, anchor: int = 0, share: float = 1.0) -> list[Relation]:
     contributions = [np.stack([_contribution(g, m) for m in cands]) for g, cands in zip(groups, candidates, strict=True)]
     sizes = [len(c) for c in candidates]
     if int(np.prod(sizes)) > MAX_GRID:
         return []
-    first = _grid([c[:, 0] for c in contributions])
+    first = _grid([c[:, anchor] for c in contributions])
     found: list[Relation] = []
     for adjustment, factor, adjust_cost in adjustments:
-        adjusted = first * factor[0]
+        adjusted = first * factor[anchor]
         hits = np.zeros(first.shape, dtype=bool)
-        for value in stated[0]:
+        for value in stated[anchor]:
             if places == 2:
                 hits |= np.abs(adjusted - value) < 0.005 + 1e-9 * max(1.0, abs(value))
             elif float(value).is_integer():
@@ -164,14 +174,14 @@ def _full_search(groups: Sequence[GroupData], candidates: list[list[Multiplier]]
             if not _one_tool_each(groups, chosen) or all(m.expression == 0.0 for m in chosen.values()):
                 continue
             totals = sum(contributions[g][int(i)] for g, i in enumerate(index)) * factor
-            if _matches(np.asarray(totals), stated, places).all():
+            if _matches(np.asarray(totals), stated, places).mean() >= share - 1e-9:
                 found.append(_relation(groups, chosen, None, adjustment, adjust_cost, places))
     return found
 
 
 def _subset_search(groups: Sequence[GroupData], candidates: list[list[Multiplier]],
                    stated: Sequence[Sequence[float]], adjustments: list[tuple[tuple[str, str] | None, np.ndarray, float]],
-                   places: int) -> list[Relation]:
+                   places: int, *, share: float = 1.0) -> list[Relation]:
     found: list[Relation] = []
     for g, group in enumerate(groups):
         counts = [len(values) for values in group.items]
@@ -197,15 +207,16 @@ def _subset_search(groups: Sequence[GroupData], candidates: list[list[Multiplier
                         if not _holds_with_subset(groups, chosen, g, subsets, stated, factor, places, first_only=True,
                                                   rest0=float(rest[index]) if others else 0.0, scale0=scale):
                             continue
-                        if _holds_with_subset(groups, chosen, g, subsets, stated, factor, places):
+                        if _holds_with_subset(groups, chosen, g, subsets, stated, factor, places, share=share):
                             found.append(_relation(groups, chosen, (g, k), adjustment, adjust_cost, places))
     return found
 
 
 def _holds_with_subset(groups: Sequence[GroupData], chosen: dict[int, Multiplier], g: int,
                        subsets: list[set[float]], stated: Sequence[Sequence[float]], factor: np.ndarray, places: int,
-                       *, first_only: bool = False, rest0: float = 0.0, scale0: float = 1.0) -> bool:
+                       *, first_only: bool = False, rest0: float = 0.0, scale0: float = 1.0, share: float = 1.0) -> bool:
     runs = 1 if first_only else len(stated)
+    allowed = 0 if first_only else int((1.0 - share) * runs + 1e-9)  # runs that may break it
     for r in range(runs):
         if first_only:
             rest, scale = rest0, scale0
@@ -214,5 +225,7 @@ def _holds_with_subset(groups: Sequence[GroupData], chosen: dict[int, Multiplier
             scale = chosen[g].per_run[r]
         totals = np.array([(rest + scale * s) * factor[r] for s in subsets[r]])
         if not any(_matches(np.array([t]), [stated[r]], places)[0] for t in totals):
-            return False
+            allowed -= 1
+            if allowed < 0:
+                return False
     return True

@@ -8,6 +8,7 @@ items. An ungrounded figure is reported at the step where it first appears.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable
 
@@ -16,14 +17,37 @@ from verifiers.expressions import MissingQuantity
 from verifiers.numbers import find_figures, find_numbers, same_amount
 from verifiers.observed import Call, arg_key, finding, undecided
 from verifiers.quantities import MAX_TASK_CHARS, resolve_quantities
-from verifiers.spec import VerifierSpec
+from verifiers.records import parse_record, record_fields, result_numbers
+from verifiers.spec import Fact, VerifierSpec
 from verifiers.total_consistency import admissible_totals, line_items, matches_total
+from verifiers.units import PERCENT, Amount, convert, find_amounts, same_amount_in
 
-__all__ = ["GroundingLedger", "MAX_SUMS"]
+__all__ = ["GroundingLedger", "MAX_AMOUNTS", "MAX_SUMS", "fact_values"]
 
 MAX_SUMS = 50_000  # bound on the subset sums kept (a run with very many items stops growing the set)
-_SENTENCES = re.compile(r"[.!?;\n]+")
+MAX_AMOUNTS = 2_000  # numbers (with their units) kept per run for the unit checks; later ones are not added
+MAX_PAIRS = 200  # the most recent received numbers whose pairwise sums, differences and ratios are tried
+_SENTENCES = re.compile(r"(?:[.!?](?=\s|$)|[;\n])+")  # a dot inside an email or a number ends no sentence
 _CLAUSES = re.compile(r",|\b(?:while|whereas|but|although)\b", re.IGNORECASE)
+
+
+def fact_values(fact: Fact, call: Call) -> list[tuple[str, str]]:
+    """(entity, value) pairs, casefolded, that one call's result gives for `fact`."""
+    if fact.field is None:
+        key = call.arg(fact.key_arg) if fact.key_arg else None
+        return [(key, (call.result or "").strip().casefold())] if key else []
+    record = parse_record(call.result)
+    if record is None:
+        return []
+    pairs = []
+    for path, value, holder in record_fields(record):
+        if path != fact.field or not isinstance(value, str | int | float) or isinstance(value, bool):
+            continue
+        key = (str(holder.get(fact.key_field, "")).strip().casefold() if fact.key_field
+               else call.arg(fact.key_arg) if fact.key_arg else None)
+        if key and len(key) >= 2:
+            pairs.append((key, str(value).strip().casefold()))
+    return pairs
 
 
 class GroundingLedger:
@@ -36,11 +60,16 @@ class GroundingLedger:
         self.sums_: set[int] = {0}  # sums of distinct items (each times its multiplicity), in integer cents
         self._item_keys: set[tuple[str, tuple[str | None, ...]]] = set()
         self.saturated_ = False
-        self.facts_: dict[str, dict[str, str]] = {}  # fact tool -> argument value -> the value it returned
+        self.facts_: dict[tuple[str, int], dict[str, str]] = {}  # (tool, its fact) -> entity -> the value returned
         self.calls_: list[Call] = []
         self._totals: tuple[int, set[float] | None] = (-1, None)
         # The task's own numbers (nights, quantities, a tax rate) are the user's, so a run may use them.
         self.values_.extend(find_numbers((task or "")[:MAX_TASK_CHARS]))
+        # Every number received with its unit (None: a bare number), for the unit checks; the task's count too.
+        # Read lazily: most texts state no number with a unit, and the hot path should not parse every result.
+        self._amounts: list[tuple[float, str | None]] | None = None
+        self._task_text = (task or "")[:MAX_TASK_CHARS]
+        self._unread: list[str] = []  # results not read for numbers yet
         self.quantities_ = resolve_quantities(spec, task, [])
         self._add_quantity_values()
         self._quantity_tools = {q.tool for q in spec.quantities.values() if q.source == "tool"}
@@ -69,18 +98,22 @@ class GroundingLedger:
     def add_result(self, call: Call) -> None:
         """Record what one tool call returned."""
         self.calls_.append(call)
+        if call.result and call.classified.kind != "error" and len(self._unread) < MAX_AMOUNTS:
+            self._unread.append(call.result)
         if call.tool in self._quantity_tools and call.made:
             known = set(self.quantities_.values)
             self.quantities_ = resolve_quantities(self.spec, self.task, self.calls_)
             self.values_.extend(v for k, v in self.quantities_.values.items() if k not in known)
         value = call.classified.value
-        if call.classified.kind != "value":
+        if call.classified.kind not in ("value", "unchecked"):
             return
         tool_spec = self.spec.tools.get(call.tool)
-        if tool_spec is not None and tool_spec.fact is not None and call.result:
-            key = call.arg(tool_spec.fact.key_arg)
-            if key:
-                self.facts_.setdefault(call.tool, {})[key] = call.result.strip().casefold()
+        if tool_spec is not None and call.result:
+            for index, fact in enumerate(tool_spec.all_facts()):
+                for key, truth in fact_values(fact, call):
+                    self.facts_.setdefault((call.tool, index), {})[key] = truth
+        if call.classified.kind != "value":
+            return
         if value is None:
             return
         self.values_.append(value)
@@ -126,6 +159,42 @@ class GroundingLedger:
                 totals = None
             self._totals = (len(self.calls_), totals)
         return self._totals[1]
+
+    @property
+    def amounts_(self) -> list[tuple[float, str | None]]:
+        """Every number received so far with its unit (None: bare), the task's and the spec's constants included."""
+        if self._amounts is None:
+            self._amounts = [(v, None) for v in self.values_]
+            self._amounts += [(a.value, a.unit) for a in find_amounts(self._task_text)]
+        for text in self._unread:
+            if len(self._amounts) >= MAX_AMOUNTS:
+                break
+            self._amounts.extend(result_numbers(text)[:MAX_AMOUNTS - len(self._amounts)])
+        self._unread = []
+        return self._amounts
+
+    def grounded_amount(self, stated: Amount) -> bool:
+        """A number stated with a unit is grounded when a received number is it (converted from the unit it came in;
+        a bare number read in the stated unit), or one step of + or - between two received ones in one unit family,
+        or for a percentage a received fraction or a ratio of two received numbers."""
+        received = self.amounts_
+        if any(same_amount_in(stated, v, u) for v, u in received):
+            return True
+        tolerance = 0.5 * 10.0 ** -stated.decimals + 1e-9 * max(1.0, abs(stated.value))
+        if stated.dimension == PERCENT:
+            if any(same_amount_in(stated, 100 * v, None) for v, u in received if u is None and abs(v) <= 1):
+                return True
+            ratios = [v for v, _u in received[-MAX_PAIRS:] if v]
+            return any(same_amount_in(stated, 100 * a / b, None) for a in ratios for b in ratios if a != b)
+        values = sorted(c for v, u in received[-MAX_PAIRS:]
+                        if (c := (v if u is None else convert(v, u, stated.unit))) is not None)
+        # One step of + or -: for each received a, is there a b with a + b or |a - b| the stated value (log time each).
+        for i, a in enumerate(values):
+            for target in (stated.value - a, a - stated.value, a + stated.value):
+                j = bisect.bisect_left(values, target - tolerance)
+                if j < len(values) and values[j] <= target + tolerance and (j != i or values.count(a) > 1):
+                    return True
+        return False
 
     def check_call(self, call: Call) -> list[Finding]:
         """Check a combining tool's expression before its result joins the ledger."""
@@ -174,6 +243,18 @@ class GroundingLedger:
                 step=step, evidence={"ungrounded": [f.value for f in ungrounded]},
                 hint="state only figures the tools returned or their sums",
             ))
+        dimensions = self.spec.unit_dimensions
+        if (dimensions is None or dimensions) and any(ch.isdigit() for ch in text):
+            stated = [a for a in find_amounts(text) if dimensions is None or a.dimension in dimensions]
+            wrong = [a for a in stated if not self.grounded_amount(a)]
+            if wrong:
+                findings.append(finding(
+                    "grounding",
+                    f"the figure(s) {', '.join(a.text for a in wrong[:5])} match no number a tool returned (in any "
+                    "unit it converts to), nor one step of arithmetic on them",
+                    step=step, evidence={"ungrounded_amounts": [[a.value, a.unit] for a in wrong[:20]]},
+                    hint="state each figure as the tool returned it, or convert it exactly (with a conversion tool)",
+                ))
         contradictions = self.contradicted_facts(text)
         if contradictions:
             findings.append(finding(
@@ -193,12 +274,13 @@ class GroundingLedger:
         none of them is the returned one; "A, B and C are x, y and z respectively" pairs by position.
         """
         found: list[tuple[str, str, str, str]] = []
-        for tool, truth in self.facts_.items():
-            tool_spec = self.spec.tools[tool]
-            assert tool_spec.fact is not None
-            vocabulary = {w.casefold() for w in tool_spec.fact.vocabulary} | set(truth.values())
-            word_re = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(vocabulary, key=len, reverse=True))
-                                 + r")\b", re.IGNORECASE)
+        for (tool, index), truth in self.facts_.items():
+            fact = self.spec.tools[tool].all_facts()[index]
+            vocabulary = {w.casefold() for w in fact.vocabulary} | set(truth.values())
+            alternatives = [re.escape(w) for w in sorted(vocabulary, key=len, reverse=True)]
+            if fact.shape is not None:
+                alternatives.insert(0, fact.shape)
+            word_re = re.compile(r"(?<![\w@.-])(" + "|".join(alternatives) + r")(?![\w@-])", re.IGNORECASE)
             key_re = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(truth, key=len, reverse=True))
                                 + r")\b", re.IGNORECASE)
             for sentence in _SENTENCES.split(text[:20_000]):

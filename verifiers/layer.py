@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from guardrail.core.events import Action, Episode, Finding, Result, Step, StepKind
 from guardrail.core.fileio import sha256_bytes, sha256_file
 from guardrail.core.layer import EpisodeContext, Layer
+from guardrail.core.provenance import ProvenanceContext
 from verifiers.contract import Contract, classify_result
 from verifiers.grounding import GroundingLedger
 from verifiers.observed import Call, call_from_event
 from verifiers.offline import contract_findings, end_of_run_findings
+from verifiers.provenance import check_provenance
 from verifiers.spec import VerifierSpec, dump_spec, load_spec
 
 __all__ = ["VerifierLayer"]
@@ -22,7 +24,10 @@ __all__ = ["VerifierLayer"]
 class _RunState:
     spec: VerifierSpec  # the variant of a fitted spec this run's task and tools picked
     ledger: GroundingLedger
+    seen: ProvenanceContext  # what the agent has seen, for the provenance of the next call's arguments
     calls: list[Call] = field(default_factory=list)
+    steps_seen: int = 0
+    results_seen: int = 0
     saw_results: bool = False  # after_result fed this run, so steps' tool events are already counted
     checked_texts: set[int] = field(default_factory=set)
 
@@ -30,7 +35,8 @@ class _RunState:
 class VerifierLayer(Layer):
     """The verifiers of one task spec as a Guard layer.
 
-    ``after_result`` checks each tool result against its contract and each combining call (the
+    ``before_action`` warns when an identifier-like argument traces to nothing the agent saw
+    (provenance); ``after_result`` checks each tool result against its contract and each combining call (the
     calculator) for ungrounded figures, at the step the result arrives; ``on_step`` grounds the
     figures in the agent's own text; ``on_finish`` runs total consistency, required coverage and
     completion. Every finding is blocking, so intervene mode blocks a malformed result and asks
@@ -55,7 +61,21 @@ class VerifierLayer(Layer):
 
     def new_state(self, ctx: EpisodeContext) -> _RunState:
         spec = self.spec.for_run(ctx.episode.tools, ctx.task)
-        return _RunState(spec, GroundingLedger(spec, ctx.task))
+        return _RunState(spec, GroundingLedger(spec, ctx.task), ProvenanceContext([ctx.task] if ctx.task else []))
+
+    def before_action(self, ctx: EpisodeContext, action: Action) -> list[Finding]:
+        state: _RunState = ctx.state(self)
+        if not state.spec.runs("provenance") or not ctx.task or action.tool is None:
+            return []
+        with ctx.lock:
+            steps = ctx.episode.steps[state.steps_seen:]
+            results = ctx.results[state.results_seen:]
+        state.seen.add_steps(steps)
+        state.seen.add_results(results)
+        state.steps_seen += len(steps)
+        state.results_seen += len(results)
+        return check_provenance(state.spec, action.tool, action.args, state.seen, step=ctx.step_index,
+                                schema=ctx.tool_schema(action.tool))
 
     def _observe(self, state: _RunState, calls: list[Call]) -> list[Finding]:
         spec = state.spec

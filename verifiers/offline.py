@@ -6,13 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardrail.core.events import Episode, Finding, StepKind
+from guardrail.core.events import Episode, Finding, Severity, StepKind
+from guardrail.core.provenance import ProvenanceContext
+from verifiers.answer_parts import check_answer_parts
 from verifiers.completion import check_completion
 from verifiers.contract import Contract
 from verifiers.coverage import check_required_coverage
 from verifiers.grounding import GroundingLedger
 from verifiers.observed import Call, call_from_event, finding
+from verifiers.provenance import check_provenance
 from verifiers.spec import CHECKS, VerifierSpec
+from verifiers.tool_errors import check_tool_errors
 from verifiers.total_consistency import check_total_consistency
 
 __all__ = ["EpisodeVerdict", "contract_findings", "episode_tools", "verify_episode"]
@@ -23,7 +27,7 @@ class EpisodeVerdict:
     """The checks' outcome for one episode: a flag per check (true = a problem) and the findings.
 
     Informational findings (a check that could not decide within its work bound) are listed but
-    never raise a flag.
+    never raise a flag; warnings that never block (provenance) do.
     """
 
     episode_id: str
@@ -33,7 +37,8 @@ class EpisodeVerdict:
 
     @property
     def flags(self) -> dict[str, bool]:
-        return {check: any(f.check == check and f.blocking for f in self.findings) for check in CHECKS}
+        return {check: any(f.check == check and (f.blocking or f.severity is not Severity.INFO)
+                           for f in self.findings) for check in CHECKS}
 
     def to_json(self) -> dict[str, Any]:
         """The `guardrail verify --json` record."""
@@ -58,14 +63,23 @@ def episode_tools(episode: Episode) -> set[str]:
     return set(episode.tools) | {event.name for step in episode.steps for event in step.tool_events}
 
 
-def verify_episode(episode: Episode, spec: VerifierSpec,
-                   contracts: Mapping[str, Contract] | None = None) -> EpisodeVerdict:
+def verify_episode(episode: Episode, spec: VerifierSpec, contracts: Mapping[str, Contract] | None = None,
+                   tool_schemas: Mapping[str, Mapping[str, Any]] | None = None) -> EpisodeVerdict:
     """All of the spec's checks over one episode (its own variant of a fitted spec); per-step checks report at their step."""
     spec = spec.for_run(episode_tools(episode), episode.task)
     verdict = EpisodeVerdict(episode.episode_id, episode.label, spec.name)
     ledger = GroundingLedger(spec, episode.task)
     calls: list[Call] = []
+    seen = ProvenanceContext([episode.task] if episode.task else [])
+    # A fitted spec names the arguments it checks per tool; one that checks none needs no index of what was seen.
+    provenance = spec.runs("provenance") and bool(episode.task) and (
+        not spec.tools or any(t.provenance is None or t.provenance for t in spec.tools.values()))
     for step in episode.steps:
+        if provenance:
+            for event in step.tool_events:
+                verdict.findings.extend(check_provenance(spec, event.name, event.args, seen, step=step.index,
+                                                         schema=tool_schemas.get(event.name) if tool_schemas else None))
+            seen.add_steps([step])
         step_calls = [call_from_event(spec, step.index, e, contracts) for e in step.tool_events]
         calls.extend(step_calls)
         if spec.runs("tool_contract"):
@@ -82,8 +96,12 @@ def verify_episode(episode: Episode, spec: VerifierSpec,
 
 def end_of_run_findings(episode: Episode, spec: VerifierSpec, calls: list[Call],
                         end_step: int | None) -> list[Finding]:
-    """The checks that need the whole run: totals, coverage, completion."""
+    """The checks that need the whole run: totals, coverage, completion, the answer's parts, ignored tool errors."""
     findings: list[Finding] = []
+    if spec.runs("answer_parts"):
+        findings.extend(check_answer_parts(spec, calls, episode.answer, step=end_step))
+    if spec.runs("tool_error"):
+        findings.extend(check_tool_errors(calls, episode.answer, step=end_step))
     if spec.runs("total_consistency"):
         findings.extend(check_total_consistency(spec, calls, episode.answer, step=end_step, task=episode.task))
     if spec.runs("required_coverage"):

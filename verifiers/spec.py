@@ -57,9 +57,12 @@ SPEC_FORMAT = "guardrail-verifier-spec"
 SPEC_VERSION: Literal[2] = 2  # what this module writes; version 1 files still load
 SPECS_DIR = Path(__file__).parent / "specs"
 MAX_TASK_MATCH_CHARS = 8_000  # task texts longer than this are not matched against task patterns
-CHECKS = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion")
-Check = Literal["total_consistency", "required_coverage", "tool_contract", "grounding", "completion"]
-_ALL_CHECKS: tuple[Check, ...] = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion")
+CHECKS = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion", "answer_parts",
+          "tool_error", "provenance")
+Check = Literal["total_consistency", "required_coverage", "tool_contract", "grounding", "completion", "answer_parts",
+                "tool_error", "provenance"]
+_ALL_CHECKS: tuple[Check, ...] = ("total_consistency", "required_coverage", "tool_contract", "grounding", "completion",
+                                  "answer_parts", "tool_error", "provenance")
 
 
 class SpecError(ValueError):
@@ -163,15 +166,42 @@ class Requirement(_Model):
 
 
 class Fact(_Model):
-    """A tool whose value result is a categorical fact about one argument (the weather of a city).
+    """A value a tool returns about one entity (the weather of a city, a contact's email, an order's status).
 
-    The answer must not state a different value of `vocabulary` (plus every value the run saw)
-    for the same argument.
+    `field` is the dotted path of the value in a JSON record result (``condition``, ``items[].sku``);
+    None: the whole result is the value. The entity is the call's `key_arg`, or the record's own
+    `key_field` (``city``, ``name``). The answer must not state, for the same entity, a different
+    value of `vocabulary` (plus every value the run saw) or, for open values (emails, codes), a
+    different value of `shape` (a regular expression).
     """
 
-    key_arg: str
+    key_arg: str | None = None
+    field: str | None = None
+    key_field: str | None = None
     vocabulary: list[str] = Field(default_factory=list)
+    shape: str | None = None
     support: int | None = Field(default=None, ge=0)
+    exceptions: list[str] = Field(default_factory=list)  # fitted: healthy runs the rule did not hold on
+
+    @model_validator(mode="after")
+    def _has_key(self) -> Fact:
+        if self.key_arg is None and self.key_field is None:
+            raise ValueError("a fact needs key_arg (the call's argument naming the entity) or key_field")
+        if self.shape is not None:
+            _compile(self.shape)
+        return self
+
+
+class AnswerPart(_Model):
+    """A value of each successful call to this tool that the answer must state (the mean and the median asked for).
+
+    `field`: the dotted path in a JSON record result, or None for the result's own figure or word.
+    A number counts as stated in any unit it converts to; a word or code as written (case aside).
+    """
+
+    field: str | None = None
+    support: int | None = Field(default=None, ge=0)
+    exceptions: list[str] = Field(default_factory=list)
 
 
 class Quantity(_Model):
@@ -258,6 +288,13 @@ class ToolSpec(_Model):
     combines: bool = False  # an arithmetic tool (calculator): its figures combine earlier ones
     expression_arg: str | None = None  # for a combining tool, the argument holding the expression
     fact: Fact | None = None
+    facts: list[Fact] = Field(default_factory=list)  # (version 2) more facts, e.g. one per record field
+    answer: list[AnswerPart] = Field(default_factory=list)  # (version 2) values the answer must state
+    # (version 2) argument paths the provenance check reads for this tool; None: every identifier-like one
+    provenance: list[str] | None = None
+
+    def all_facts(self) -> list[Fact]:
+        return ([self.fact] if self.fact is not None else []) + list(self.facts)
 
 
 class Currency(_Model):
@@ -325,6 +362,8 @@ class VerifierSpec(_Model):
     currency: Currency = Field(default_factory=Currency)
     total_words: list[str] = Field(default_factory=lambda: ["total"])
     constants: list[float] = Field(default_factory=list)  # figures a run may use without a tool giving them
+    # Numbers stated with a unit that grounding checks, by dimension ("[temperature]", "percent"); None: every one.
+    unit_dimensions: list[str] | None = None
     quantities: dict[str, Quantity] = Field(default_factory=dict)
     total: TotalRule = Field(default_factory=lambda: TotalRule())
     variants: list[VerifierSpec] = Field(default_factory=list)  # per task family; the first that matches a run wins

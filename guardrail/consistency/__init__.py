@@ -15,7 +15,6 @@ found by its dry run): it catches the invention all N samples agree on.
     guard = Guard([SelfConsistencyLayer(gate)])
 """
 
-from guardrail.consistency.arguments import ArgumentKind, ArgumentSpec, argument_specs, infer_kind
 from guardrail.consistency.canonical import (
     CanonicalizationError,
     CanonicalLimits,
@@ -41,7 +40,6 @@ from guardrail.consistency.decision import (
 from guardrail.consistency.errors import ConsistencyError, EpochNotFixedError, HallucinationGateError
 from guardrail.consistency.harness import DryRunHarness, ProposedCall
 from guardrail.consistency.layer import SelfConsistencyLayer
-from guardrail.consistency.provenance import Grounding, ProvenanceContext, ProvenanceReport, check_arguments
 from guardrail.consistency.registry import (
     DeterminismRegistry,
     DeterminismStatus,
@@ -51,6 +49,8 @@ from guardrail.consistency.registry import (
     ToolSchema,
     read_epoch,
 )
+from guardrail.core.arguments import ArgumentKind, ArgumentSpec, argument_specs, infer_kind
+from guardrail.core.provenance import Grounding, ProvenanceContext, ProvenanceReport, check_arguments
 
 __all__ = [
     "NOT_RUN",

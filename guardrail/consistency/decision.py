@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from guardrail.consistency.arguments import ArgumentKind, ArgumentSpec, without_free_text
 from guardrail.consistency.canonical import (
     canonical_args,
     canonical_args_data,
@@ -31,8 +30,9 @@ from guardrail.consistency.canonical import (
     encode_canonical,
 )
 from guardrail.consistency.errors import EpochNotFixedError, HallucinationGateError
-from guardrail.consistency.provenance import ProvenanceContext, ProvenanceReport, check_arguments
 from guardrail.consistency.registry import DeterminismRegistry, DeterminismStatus, ToolSchema
+from guardrail.core.arguments import ArgumentKind, ArgumentSpec, without_free_text
+from guardrail.core.provenance import ProvenanceContext, ProvenanceReport, check_arguments
 
 __all__ = [
     "ConsistencyGate",

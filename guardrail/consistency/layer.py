@@ -11,9 +11,9 @@ from typing import Any
 from guardrail.consistency.canonical import CanonicalizationError, canonical_args
 from guardrail.consistency.decision import ConsistencyGate, PlanDecision, PlanSample, PlanVerdict
 from guardrail.consistency.errors import EpochNotFixedError
-from guardrail.consistency.provenance import ProvenanceContext
 from guardrail.core.events import Action, Finding, Severity
 from guardrail.core.layer import EpisodeContext, Layer
+from guardrail.core.provenance import ProvenanceContext
 
 __all__ = ["SelfConsistencyLayer"]
 

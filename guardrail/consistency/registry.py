@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from guardrail.consistency.arguments import ArgumentSpec, argument_specs
 from guardrail.consistency.canonical import CanonicalizationError, canonical_result
 from guardrail.consistency.errors import EpochNotFixedError
+from guardrail.core.arguments import ArgumentSpec, argument_specs
 
 __all__ = [
     "DeterminismRegistry",
@@ -45,7 +45,7 @@ class ToolSchema:
     paths whose order carries no meaning (see `canonicalize`). `probe_args` are the arguments
     the start-up probe calls the tool with; without them the declaration stays unverified.
     `arguments` says what kind of value each argument path holds (free text, identifier, ...;
-    see `guardrail.consistency.arguments`); a path it does not name is judged by its name and
+    see `guardrail.core.arguments`); a path it does not name is judged by its name and
     value. `documentation` is the text the model was shown about the tool (descriptions, enum
     values, examples): a value it names is not invented. `execution_confirms`: a dry run of a
     call that returns something (no error, not empty) shows its identifiers exist, as for a

@@ -44,8 +44,10 @@ from guardrail.consistency.harness import DryRunHarness, ProposedCall
 from guardrail.core.cliutil import Command, emit_json, print_table, progress
 from guardrail.core.events import Action
 from guardrail.core.guard import Guard
+from guardrail.core.provenance import ProvenanceContext, check_arguments
 from traces.bench.consistency_context import ContextMaker, PlanContext
 from traces.bench.consistency_sandbox import MISDECLARED, TRENDING, Sandbox
+from traces.bench.consistency_slips import STYLES, slips
 
 __all__ = ["BENCH", "NaiveCombinedScorer", "PlanSampler", "SampledPlan", "run_benchmark"]
 
@@ -336,7 +338,8 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
                   write_interval_s: float | None = 0.0005, reload_interval_s: float = 0.001,
                   paraphrase_rate: float = 0.0, coincident_rate: float = 0.0, gap_rate: float = 0.0,
                   recombined_rate: float = 0.0, probe_rounds: int = 3, probe_interval_s: float = 0.02,
-                  probe_trials: int = 0, show_progress: bool = False) -> dict[str, Any]:
+                  probe_trials: int = 0, show_progress: bool = False,
+                  slip_styles: Sequence[str] = ()) -> dict[str, Any]:
     """Run the three scorers over the same sampled plans in one sandbox; return the figures.
 
     - naive: one combined (tool, arguments, result) agreement (`NaiveCombinedScorer`);
@@ -349,6 +352,11 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
 
     ``write_interval_s=None`` stops the search index's writer: the index is then honest, verified by
     every probe, and its free-text queries are judged (the plans' labels still call it mis-declared).
+
+    With `slip_styles`, each fabricated plan slips the way models do instead (`consistency_slips`:
+    the style is the plan index's turn through the styles) and the figures gain ``by_style``: per
+    style, the layer's and the single-shot provenance check's catches (the call that would run,
+    checked against the episode alone, no samples and no dry run: what the verifiers can do).
     """
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardrail-consistency-") as root, Sandbox(
@@ -385,6 +393,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
         grounding: dict[str, Counter[str]] = {}
         layer_fp_by_route: Counter[str] = Counter()
         recombined = 0
+        by_style: dict[str, Counter[str]] = {}
         out_of_scope = 0
         misdeclared_agreement: list[float] = []
         tool_us: list[float] = []
@@ -399,6 +408,13 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
                     picks = [maker.rng.choice(made) for _ in plan.calls]
                     picks = [picks[0] if i and maker.rng.random() < coincident_rate else p for i, p in enumerate(picks)]
                     plan = SampledPlan(plan.index, plan.tool, plan.kind, sampler.calls(plan.index, plan.tool, picks))
+            style = "random"
+            if context is not None and plan.kind == FABRICATED and slip_styles:
+                wanted = slip_styles[plan.index % len(slip_styles)]
+                made = slips(maker, plan.tool, context, wanted, len(plan.calls), coincident_rate)
+                if made:
+                    style = wanted
+                    plan = SampledPlan(plan.index, plan.tool, plan.kind, sampler.calls(plan.index, plan.tool, made))
             samples: list[PlanSample] = []
             for call in plan.calls:
                 t0 = time.perf_counter_ns()
@@ -430,6 +446,14 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             tallies["layer"].add(plan.kind, cause, layer_verdict.decision, layer_verdict.reason, misdeclared)
             if layer_verdict.decision is PlanDecision.REJECT and plan.kind != FABRICATED:
                 layer_fp_by_route[f"{context.route}/{layer_verdict.reason}"] += 1
+            if slip_styles:
+                single = single_shot_grounding(layer_registry, context, samples[modal_index(samples, registry)])
+                counts = by_style.setdefault(style if plan.kind == FABRICATED else plan.kind, Counter())
+                counts["n"] += 1
+                counts["layer_rejected"] += layer_verdict.decision is PlanDecision.REJECT
+                counts["record_rejected"] += verdict.decision is PlanDecision.REJECT
+                counts["single_shot_ungrounded"] += single == "ungrounded"
+                counts["single_shot_partial"] += single == "partial"
             if layer_verdict.provenance is not None:
                 counts = grounding.setdefault(plan.kind, Counter())
                 for checked in layer_verdict.provenance.checked:
@@ -475,6 +499,7 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
             "layer_grounding": {kind: dict(counts) for kind, counts in sorted(grounding.items())},
             "context_routes": {kind: dict(counts) for kind, counts in sorted(routes.items())},
             "n_recombined": recombined,
+            "by_style": {style: dict(counts) for style, counts in sorted(by_style.items())},
             "misdeclared_combined_agreement": _quantiles(misdeclared_agreement),
             "tool_status": registry.statuses(),
             "layer_tool_status": layer_registry.statuses(),
@@ -488,6 +513,25 @@ def run_benchmark(*, n_plans: int = 4000, n_samples: int = 5, seed: int = 0, fab
                        "probe_rounds": probe_rounds, "probe_interval_s": probe_interval_s},
             "wall_s": time.perf_counter() - started,
         }
+
+
+def single_shot_grounding(registry: DeterminismRegistry, context: PlanContext, sample: PlanSample) -> str:
+    """What provenance alone says of the call that would run: ``grounded``, ``partial`` (only part by part) or
+    ``ungrounded``, against the episode's task and earlier results (no samples, no dry run)."""
+    schema = registry.schema(sample.tool)
+    seen = ProvenanceContext([context.task])
+    seen.add_steps(context.steps())
+    args = sample.args
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    docs = ProvenanceContext([schema.documentation]) if schema is not None and schema.documentation else None
+    report = check_arguments(canonicalize(args, spelled=True), schema.arguments if schema else {}, seen, docs)
+    if not report.grounded:
+        return "ungrounded"
+    return "grounded" if report.whole else "partial"
 
 
 def _layer_verdict(guard: Guard, layer: SelfConsistencyLayer, context: PlanContext, plan: SampledPlan,
@@ -592,6 +636,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-recombined", type=float, nargs="*", default=list(SWEEP_RECOMBINED),
                         help="recombined-fabrication rates swept at paraphrase 0.5, coincident 0.5 (none: skip)")
     parser.add_argument("--sweep-plans", type=int, default=1000, help="plans per sweep point (default 1000)")
+    parser.add_argument("--slip-plans", type=int, default=1000,
+                        help="plans of the slip point: 40%% fabricated, drawn the way models slip (same format, another "
+                             "entity's value, recombined parts, a near miss), coincident 0.5 (default 1000; 0: skip)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
@@ -636,6 +683,11 @@ def _run(args: argparse.Namespace) -> int:
     figures["recombined_sweep"] = run_stress(name="recombined_rate", rates=args.sweep_recombined, paraphrase_rate=0.5,
                                              coincident_rate=0.5, n_plans=args.sweep_plans,
                                              show_progress=not args.json, **options)
+    if args.slip_plans > 0:
+        slip = run_benchmark(n_plans=args.slip_plans, coincident_rate=0.5, slip_styles=STYLES,
+                             **{**options, "fabricated_fraction": 0.4}, show_progress=not args.json)
+        figures["slip_point"] = {**_point(slip, paraphrase_rate=0.0, coincident_rate=0.5), "fabricated_fraction": 0.4,
+                                 "by_style": slip["by_style"]}
     if args.json:
         emit_json(figures)
         return 0
@@ -665,6 +717,10 @@ def _run(args: argparse.Namespace) -> int:
         if points:
             print(f"\n{title} (record rule: separated_*, fabricated_accepted_share; full layer: layer_*):")
             print_table([{k: point[k] for k in (*extra, *columns)} for point in points])
+    if "slip_point" in figures:
+        print("\nslip_point (fabrications drawn the way models slip; per style: plans, rejected by the layer and by the "
+              "record rule, ungrounded / only partly grounded for single-shot provenance):")
+        print_table([{"style": style, **counts} for style, counts in figures["slip_point"]["by_style"].items()])
     return 0
 
 

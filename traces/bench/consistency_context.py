@@ -47,6 +47,7 @@ class PlanContext:
     task: str
     prior: list[ToolEvent] = field(default_factory=list)
     route: str = "literal"  # how the plan's real value reached the episode
+    real: dict[str, Any] | None = None  # the real request the episode is about (what a slip starts from)
 
     def steps(self) -> list[Step]:
         return [Step(index=i, kind=StepKind.TOOL_CALL, tool_events=[event]) for i, event in enumerate(self.prior)]
@@ -82,7 +83,8 @@ class ContextMaker:
                 context = PlanContext(self._vague(tool), [], "absent")
             else:
                 context = self._healthy(tool, args)
-        return PlanContext(context.task, prior + context.prior, context.route)
+        return PlanContext(context.task, prior + context.prior, context.route,
+                           None if kind == "ambiguous" else dict(args))
 
     def _event(self, tool: str, args: dict[str, Any]) -> ToolEvent:
         return ToolEvent(name=tool, args=args, result=json.dumps(self.call(tool, args)))

@@ -196,8 +196,8 @@ def consistency_on_samples(plans: list[dict[str, Any]], *, layer: bool = False) 
     of identifier-like arguments against the task text the agent was given).
     """
     from guardrail.consistency import ConsistencyGate, DeterminismRegistry, PlanDecision, PlanSample
-    from guardrail.consistency.provenance import ProvenanceContext
     from guardrail.consistency.registry import ToolSchema
+    from guardrail.core.provenance import ProvenanceContext
     from traces.tools import booking_tools
 
     box = booking_tools()

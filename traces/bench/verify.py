@@ -25,7 +25,7 @@ from typing import Any
 from guardrail.core.cliutil import Command, emit_json, print_table
 from guardrail.core.corpus import read_corpus
 from guardrail.core.events import HEALTHY
-from traces.bench.verify_fit import TESTBED, fit_timing, fitted_rows, transfer_rows
+from traces.bench.verify_fit import TESTBED, fit_timing, fitted_rows, shipped_rows, transfer_rows
 from verifiers.cli import corpus_spec
 from verifiers.offline import EpisodeVerdict, verify_episode
 from verifiers.spec import CHECKS
@@ -187,6 +187,7 @@ def run_bench(sentinel: Path, *, fit: bool = True, testbed: Path | None = TESTBE
         "fitted": fitted["rows"],
         "fitted_summary": fitted["summary"],
         "fitted_transfer": transfer_rows(sentinel) if fit else [],
+        "fitted_as_shipped": shipped_rows(sentinel) if fit else {"rows": [], "exceptions": {}},
         "fit_seconds": fit_timing(testbed) if fit else None,
         "organic": organic,
         "provoked_fabrication": fabrication,
@@ -225,6 +226,13 @@ def _run(args: argparse.Namespace) -> int:
     if report["fitted_transfer"]:
         print("\nFitted on every healthy organic_demo7b_cold run, verifying ext (held out) and provoked")
         print_table(report["fitted_transfer"])
+    shipped = report["fitted_as_shipped"]
+    if shipped["rows"]:
+        print("\nFitted on organic_demo7b_cold exactly as shipped (its manifest calls every run healthy; no relabelling)")
+        print_table(shipped["rows"])
+        for rule, counts in shipped["exceptions"].items():
+            print(f"  {rule}: {counts['runs']} 'healthy' runs listed as exceptions, {counts['published_failures']} of "
+                  "them failures by the published labels")
     if report["fit_seconds"]:
         timing = report["fit_seconds"]
         print(f"\nfit_spec on {timing['episodes']} healthy testbed episodes: median {timing['fit_median_s']} s "

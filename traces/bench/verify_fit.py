@@ -23,11 +23,11 @@ from typing import Any
 from guardrail.core.corpus import read_corpus
 from guardrail.core.events import HEALTHY, Episode
 from verifiers.cli import corpus_spec
-from verifiers.fit import fit_spec
+from verifiers.fit import fit_spec, fit_spec_report
 from verifiers.offline import verify_episode
 from verifiers.spec import CHECKS, VerifierSpec, load_spec
 
-__all__ = ["TESTBED", "corpus_rows", "fit_timing", "fitted_rows", "testbed_hand", "transfer_rows"]
+__all__ = ["TESTBED", "corpus_rows", "fit_timing", "fitted_rows", "shipped_rows", "testbed_hand", "transfer_rows"]
 
 TESTBED = Path(__file__).resolve().parents[1] / "corpora"
 ORGANIC_LABELS = {
@@ -148,12 +148,8 @@ def fitted_rows(sentinel: Path | None, testbed: Path | None, seed: int = 0) -> d
     return {"rows": rows, "summary": summary}
 
 
-def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
-    """Fit on every healthy cold episode and verify ext (held out) and provoked (2 healthy runs: nothing to fit
-    on there), beside the booking_tour spec."""
-    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
-        return []
-    fitted = fit_spec(e for e in _labelled(sentinel, "organic_demo7b_cold") if e.is_healthy)
+def _organic_targets(sentinel: Path, fitted: VerifierSpec, source: str, label: str) -> list[dict[str, Any]]:
+    """`fitted` beside booking_tour on ext (held out) and provoked, per published label."""
     hand = load_spec("booking_tour")
     rows: list[dict[str, Any]] = []
     for target, note in (("organic_demo7b_ext", " (held out)"), ("organic_demo7b_provoked", "")):
@@ -164,9 +160,39 @@ def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
         for episode in _labelled(sentinel, target):
             _count(fit_counts, episode, verify_episode(episode, fitted).flags)
             _count(hand_counts, episode, verify_episode(episode, hand).flags)
-        name = f"cold -> {target}{note}"
-        rows += _rows(name, "fitted on cold", fit_counts) + _rows(name, "booking_tour", hand_counts)
+        name = f"{source} -> {target}{note}"
+        rows += _rows(name, label, fit_counts) + _rows(name, "booking_tour", hand_counts)
     return rows
+
+
+def transfer_rows(sentinel: Path) -> list[dict[str, Any]]:
+    """Fit on every healthy cold episode and verify ext (held out) and provoked (2 healthy runs: nothing to fit
+    on there), beside the booking_tour spec."""
+    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
+        return []
+    fitted = fit_spec(e for e in _labelled(sentinel, "organic_demo7b_cold") if e.is_healthy)
+    return _organic_targets(sentinel, fitted, "cold", "fitted on cold")
+
+
+def shipped_rows(sentinel: Path) -> dict[str, Any]:
+    """`fit-spec` on ``organic_demo7b_cold`` exactly as shipped (its manifest calls all 120 runs healthy; no relabelling),
+    verifying ext (held out) and provoked with the published labels, beside booking_tour; and how many of the runs
+    the fit listed as exceptions ("relabel them") the published labels call failures."""
+    if not (sentinel / "organic_demo7b_cold" / "manifest.json").is_file():
+        return {"rows": [], "exceptions": {}}
+    shipped = read_corpus(sentinel / "organic_demo7b_cold").episodes
+    result = fit_spec_report(shipped)
+    rows = _organic_targets(sentinel, result.spec, "cold as shipped", "fitted on cold as shipped")
+    published = {e.episode_id: e.label for e in _labelled(sentinel, "organic_demo7b_cold")}
+    exceptions = {}
+    for family in result.families:
+        for rule, ids in family.exceptions.items():
+            failures = sum(published.get(i, HEALTHY) != HEALTHY for i in ids)
+            exceptions[f"{family.name}/{rule}"] = {"runs": len(ids), "published_failures": failures}
+    checks = sorted({c for v in result.spec.variants for c in v.checks})
+    return {"rows": rows, "exceptions": exceptions, "checks": checks,
+            "healthy_as_shipped": sum(e.is_healthy for e in shipped),
+            "healthy_published": sum(label == HEALTHY for label in published.values())}
 
 
 def fit_timing(testbed: Path | None, repeats: int = 3) -> dict[str, Any] | None:

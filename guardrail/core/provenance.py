@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from guardrail.consistency.arguments import ArgumentKind, ArgumentSpec, iter_arguments
+from guardrail.core.arguments import ArgumentKind, ArgumentSpec, iter_arguments
 
 if TYPE_CHECKING:
     from guardrail.core.events import Action, Episode, Result, Step

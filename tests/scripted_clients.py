@@ -1,0 +1,69 @@
+"""A scripted AutoGen chat client for agents written in the tests: it reads the conversation and asks a move function.
+
+``move(task, results)`` gets the user's task and the tool results so far (tool name, result text)
+and returns a call ``{"name", "args"}`` or an answer ``{"answer"}``, as the user's own model would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Move = Callable[[str, list[tuple[str, str]]], dict[str, Any]]
+
+
+def scripted_client(move: Move) -> Any:
+    """An AutoGen `ChatCompletionClient` whose every reply is `move`'s decision (imported only when AutoGen is)."""
+    from autogen_core import FunctionCall
+    from autogen_core.models import (
+        ChatCompletionClient,
+        CreateResult,
+        FunctionExecutionResultMessage,
+        ModelFamily,
+        RequestUsage,
+        UserMessage,
+    )
+
+    class ScriptedClient(ChatCompletionClient):
+        async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
+            task = next(m.content for m in messages if isinstance(m, UserMessage))
+            names = {call.id: call.name for m in messages for call in (getattr(m, "content", None) or [])
+                     if isinstance(call, FunctionCall)}
+            results = [(names.get(r.call_id, r.name), r.content) for m in messages
+                       if isinstance(m, FunctionExecutionResultMessage) for r in m.content]
+            decided = move(task, results)
+            usage = RequestUsage(prompt_tokens=10, completion_tokens=5)
+            if "answer" in decided:
+                return CreateResult(finish_reason="stop", content=decided["answer"], usage=usage, cached=False)
+            return CreateResult(finish_reason="function_calls", usage=usage, cached=False,
+                                content=[FunctionCall(id=f"call_{len(results)}", name=decided["name"],
+                                                      arguments=json.dumps(decided["args"]))])
+
+        def create_stream(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("the scripted client does not stream")
+
+        async def close(self) -> None:
+            return None
+
+        def actual_usage(self) -> RequestUsage:
+            return RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+        total_usage = actual_usage
+
+        def count_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
+            return 0
+
+        def remaining_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
+            return 100_000
+
+        @property
+        def capabilities(self) -> Any:
+            return self.model_info
+
+        @property
+        def model_info(self) -> Any:
+            return {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
+                    "structured_output": False}
+
+    return ScriptedClient()
