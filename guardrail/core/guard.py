@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
@@ -99,6 +100,12 @@ class Guard:
         # The async path: each hook's layers cut into runs of (native async?, layers), in pipeline order.
         self._async_runs: dict[str, list[tuple[bool, list[Layer]]]] = {
             hook: _async_runs(layers, hook) for hook, layers in self._by_hook.items()
+        }
+        # Span names and each (layer, hook)'s constant attributes, built once (the hot path copies them).
+        self._span_names = {id(layer): f"guardrail.{layer.name}" for layer in self.layers}
+        self._span_constants = {
+            (id(layer), hook): {tm.GUARDRAIL_LAYER: layer.name, tm.GUARDRAIL_HOOK: hook, tm.GUARDRAIL_MODE: mode}
+            for layer in self.layers for hook in ("before_action", "after_result", "on_step", "on_finish")
         }
 
     # ----------------------------------------------------------------- episodes
@@ -303,25 +310,24 @@ class Guard:
 
     def _open_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
                    content: tuple[str | None, str | None]) -> Span:
-        span = self._tracer.start_span(f"guardrail.{layer.name}")
-        if span.is_recording():
-            span.set_attribute(tm.GUARDRAIL_LAYER, layer.name)
-            span.set_attribute(tm.GUARDRAIL_HOOK, hook)
-            span.set_attribute(tm.GUARDRAIL_MODE, self.mode)
-            span.set_attribute(tm.GEN_AI_CONVERSATION_ID, ctx.episode_id)
-            span.set_attribute(tm.GUARDRAIL_STEP, ctx.step_index)
-            if action is not None:
-                span.set_attribute(tm.GEN_AI_OPERATION_NAME, "execute_tool")
-                span.set_attribute(tm.GEN_AI_TOOL_NAME, action.tool or action.kind.value)
-                if action.call_id:
-                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ID, action.call_id)
-                if content[0] is not None:
-                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ARGUMENTS, content[0])
-            else:
-                span.set_attribute(tm.GEN_AI_OPERATION_NAME, "invoke_agent")
-            if content[1] is not None:
-                span.set_attribute(tm.GEN_AI_TOOL_CALL_RESULT, content[1])
-        return span
+        # Every attribute goes in at the start, in one dict: one bounded-attributes build instead of a locked
+        # set_attribute call each (spans are most of the Guard's own per-step cost), and samplers and
+        # processors' on_start see them.
+        attributes: dict[str, Any] = self._span_constants[(id(layer), hook)].copy()
+        attributes[tm.GEN_AI_CONVERSATION_ID] = ctx.episode_id
+        attributes[tm.GUARDRAIL_STEP] = ctx.step_index
+        if action is not None:
+            attributes[tm.GEN_AI_OPERATION_NAME] = "execute_tool"
+            attributes[tm.GEN_AI_TOOL_NAME] = action.tool or action.kind.value
+            if action.call_id:
+                attributes[tm.GEN_AI_TOOL_CALL_ID] = action.call_id
+            if content[0] is not None:
+                attributes[tm.GEN_AI_TOOL_CALL_ARGUMENTS] = content[0]
+        else:
+            attributes[tm.GEN_AI_OPERATION_NAME] = "invoke_agent"
+        if content[1] is not None:
+            attributes[tm.GEN_AI_TOOL_CALL_RESULT] = content[1]
+        return self._tracer.start_span(self._span_names[id(layer)], attributes=attributes)
 
     def _internal_error(self, layer: Layer, hook: Hook, exc: BaseException, ctx: EpisodeContext) -> Finding:
         return Finding(
@@ -354,12 +360,13 @@ class Guard:
     def _annotate_span(self, span: Span, hook: Hook, findings: list[Finding], score: float | None,
                        exc: BaseException | None) -> None:
         if span.is_recording():
-            span.set_attribute(tm.GUARDRAIL_DECISION, self._decide(hook, findings).value)
-            span.set_attribute(tm.GUARDRAIL_FINDING_COUNT, len(findings))
+            attributes: dict[str, Any] = {tm.GUARDRAIL_DECISION: self._decide(hook, findings).value,
+                                          tm.GUARDRAIL_FINDING_COUNT: len(findings)}
             if findings:
-                span.set_attribute(tm.GUARDRAIL_FINDINGS, json.dumps([self._finding_attribute(f) for f in findings]))
+                attributes[tm.GUARDRAIL_FINDINGS] = json.dumps([self._finding_attribute(f) for f in findings])
             if score is not None:
-                span.set_attribute(tm.GUARDRAIL_SCORE, float(score))
+                attributes[tm.GUARDRAIL_SCORE] = float(score)
+            span.set_attributes(attributes)  # one lock round, not one per attribute
             if exc is not None:
                 tm.record_error(span, exc, capture_content=self.capture_content)
         span.end()
@@ -388,12 +395,16 @@ class Guard:
         for layer in layers:
             span = self._start_span(hook, layer, ctx, action, content)
             error: BaseException | None = None
-            with trace.use_span(span, end_on_exit=False):
-                try:
-                    findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
-                except Exception as exc:  # fail-open: a broken layer never breaks the agent
-                    error = exc
-                    findings = [self._internal_error(layer, hook, exc, ctx)]
+            # The layer's span is current while it runs (its own spans nest under it); attach/detach is what
+            # trace.use_span does, without its generator-based context manager on the hot path.
+            token = _attach(span)
+            try:
+                findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
+            except Exception as exc:  # fail-open: a broken layer never breaks the agent
+                error = exc
+                findings = [self._internal_error(layer, hook, exc, ctx)]
+            finally:
+                _detach(token)
             self._settle(hook, layer, ctx, span, findings, error, collected, scores)
 
     def _run_layers_locked(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
@@ -421,12 +432,14 @@ class Guard:
             for layer in layers:
                 span = self._start_span(hook, layer, ctx, action, content)
                 error: BaseException | None = None
-                with trace.use_span(span, end_on_exit=False):
-                    try:
-                        findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
-                    except Exception as exc:  # fail-open, as in the sync path
-                        error = exc
-                        findings = [self._internal_error(layer, hook, exc, ctx)]
+                token = _attach(span)
+                try:
+                    findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
+                except Exception as exc:  # fail-open, as in the sync path
+                    error = exc
+                    findings = [self._internal_error(layer, hook, exc, ctx)]
+                finally:
+                    _detach(token)
                 self._settle(hook, layer, ctx, span, findings, error, collected, scores)
         return self._conclude(hook, ctx, collected, scores, action)
 
@@ -444,7 +457,8 @@ class Guard:
         if findings:
             with ctx.lock:
                 ctx.findings.extend(findings)
-        decision = Decision(
+        # Every field is the Guard's own, already typed (findings were checked by _normalize): no validation.
+        decision = Decision.model_construct(
             verdict=self._decide(hook, findings),
             hook=hook,
             findings=findings,
@@ -469,6 +483,19 @@ class Guard:
         if all(f.severity is Severity.INFO for f in findings):
             return Verdict.ALLOW
         return Verdict.WARN
+
+
+def _attach(span: Span) -> object | None:
+    try:
+        return otel_context.attach(trace.set_span_in_context(span))
+    except Exception:  # telemetry is never a reason to fail the agent: run the layer outside the span
+        _log.exception("guardrail: making a span current failed")
+        return None
+
+
+def _detach(token: object | None) -> None:
+    if token is not None:
+        otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
 
 
 def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[bool, list[Layer]]]:

@@ -520,7 +520,7 @@ def profile_overhead(frameworks: Sequence[str], configurations: Sequence[str], o
                     run = _runner(framework, task, policy, guard)
                 for _ in range(warmup):
                     run()
-                profiler = cProfile.Profile()
+                profiler = cProfile.Profile(time.thread_time)  # CPU time: wall time on a shared machine is the neighbours
                 for _ in range(repeats):
                     profiler.enable()
                     run()
@@ -566,7 +566,7 @@ def _diff(before: pstats.Stats, after: pstats.Stats, title: str, runs: int, limi
         a, b = old.get(func, (0, 0, 0.0, 0.0, {})), new.get(func, (0, 0, 0.0, 0.0, {}))
         rows.append(((b[3] - a[3]) / runs * 1000, (b[2] - a[2]) / runs * 1000, (b[1] - a[1]) / runs, func))
     rows.sort(key=lambda r: -r[0])
-    lines = [f"== {title}: per run, ms of cumulative / own time and calls added (cProfile, inflated) ==",
+    lines = [f"== {title}: per run, CPU ms of cumulative / own time and calls added (cProfile: inflated, the profiled thread only) ==",
              f"{'cum ms':>9} {'own ms':>9} {'calls':>8}  function"]
     lines += [f"{cum:9.3f} {own:9.3f} {calls:8.1f}  {_where(func)}" for cum, own, calls, func in rows[:limit]]
     return "\n".join(lines) + "\n\n"
