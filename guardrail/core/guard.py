@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import context as otel_context
@@ -56,10 +60,12 @@ class Guard:
     only when ``capture_content=True``, and then redacted and capped; without it a span says
     which checks fired and the exception type, never what the agent sent or got back.
 
-    The async hooks (``abefore_action``...) never run a layer's synchronous work on the event
+    The async hooks (``abefore_action``...) never run a layer's blocking work on the event
     loop: a layer that overrides an async twin is awaited there (it promised not to block),
     and every run of consecutive sync-only layers goes to a worker thread in one hop, so gate
-    probes and monitor maths leave the loop free. ``offload=False`` runs them inline instead.
+    probes leave the loop free. A layer marked ``offload = False`` (only short CPU work: the
+    step monitor, the verifiers) runs on the loop, where it costs less than the hop.
+    ``offload=False`` runs every sync layer inline.
     """
 
     def __init__(
@@ -97,8 +103,8 @@ class Guard:
             hook: [layer for layer in self.layers if layer.implements(hook)]
             for hook in ("before_action", "after_result", "on_step", "on_finish")
         }
-        # The async path: each hook's layers cut into runs of (native async?, layers), in pipeline order.
-        self._async_runs: dict[str, list[tuple[bool, list[Layer]]]] = {
+        # The async path: each hook's layers cut into runs of (how they run, layers), in pipeline order.
+        self._async_runs: dict[str, list[tuple[str, list[Layer]]]] = {
             hook: _async_runs(layers, hook) for hook, layers in self._by_hook.items()
         }
         # Span names and each (layer, hook)'s constant attributes, built once (the hot path copies them).
@@ -420,14 +426,16 @@ class Guard:
         collected: list[Finding] = []
         scores: list[float] = []
         content = self._content(action, result) if self._by_hook[hook] else (None, None)
-        for native, layers in self._async_runs[hook]:
-            if not native:
-                if self.offload:
-                    # One hop for the whole run of sync layers; to_thread carries the context (the current span).
-                    await asyncio.to_thread(self._run_layers_locked, layers, hook, ctx, args, action, content,
-                                            collected, scores)
-                else:
-                    self._run_layers(layers, hook, ctx, args, action, content, collected, scores)
+        for how, layers in self._async_runs[hook]:
+            if how == "thread" and self.offload:
+                # One hop for the whole run of sync layers, carrying the context (the current span).
+                await _in_thread(self._run_layers_locked, layers, hook, ctx, args, action, content, collected,
+                                 scores)
+                continue
+            if how != "native":
+                # On the loop: never interleaved with another hook's layers run here (no await inside), and
+                # no wait on the episode's lock, which a worker thread may hold.
+                self._run_layers(layers, hook, ctx, args, action, content, collected, scores)
                 continue
             for layer in layers:
                 span = self._start_span(hook, layer, ctx, action, content)
@@ -498,13 +506,40 @@ def _detach(token: object | None) -> None:
         otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
 
 
-def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[bool, list[Layer]]]:
-    """`layers` cut into maximal runs of the same kind: (True, ...) override the async twin, (False, ...) do not."""
-    runs: list[tuple[bool, list[Layer]]] = []
+def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[str, list[Layer]]]:
+    """`layers` cut into maximal runs of one way of running: ``native`` (the async twin, awaited on the loop),
+    ``thread`` (sync hooks, in a worker thread) or ``inline`` (sync hooks of a layer with ``offload = False``)."""
+    runs: list[tuple[str, list[Layer]]] = []
     for layer in layers:
-        native = layer.has_async_hook(hook)
-        if runs and runs[-1][0] == native:
+        how = "native" if layer.has_async_hook(hook) else "thread" if layer.offload else "inline"
+        if runs and runs[-1][0] == how:
             runs[-1][1].append(layer)
         else:
-            runs.append((native, [layer]))
+            runs.append((how, [layer]))
     return runs
+
+
+# The worker threads of the async path: one pool for the process, kept across event loops (each asyncio.run
+# would otherwise start and join its own default executor's threads), made anew in a forked child (a pool's
+# threads do not survive a fork).
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    pid = os.getpid()
+    pool = _POOL
+    if pool is None or pool[0] != pid:
+        with _POOL_LOCK:
+            if _POOL is None or _POOL[0] != pid:
+                _POOL = (pid, ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
+                                                 thread_name_prefix="guardrail-layers"))
+            pool = _POOL
+    return pool[1]
+
+
+async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
+    """`asyncio.to_thread` on the Guard's own pool: `func(*args)` in a worker, in a copy of this context."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_pool(), functools.partial(context.run, func, *args))
