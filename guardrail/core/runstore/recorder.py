@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from guardrail.core import spans
 from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
 from guardrail.core.runstore.base import (
     DEFAULT_MAX_STEPS,
@@ -71,7 +72,7 @@ _NAMED_IN_CONTEXT = re.compile(
     r"(?::=|=>|[:=])|--?[\w-]*(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn)",
     re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_~.:-]{9,}")
+_LONG_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_~.:-]{16,}")
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{9}")
 _DIGIT = re.compile(r"[0-9]")
 _LETTER = re.compile(r"[A-Za-z]")
@@ -90,17 +91,19 @@ def may_hold_secret(text: str) -> bool:
         return True
     if ("@" in text or "-u" in text) and _URL_CREDENTIALS.search(text):
         return True
-    for run in _TOKEN_RUN.finditer(text):
+    # A hex run of 9 lies inside some token run: one scan of the whole text decides it. Only token runs of 16 or
+    # more can then still mix letters and digits into a key, and the scan for those skips the shorter ones.
+    if _HEX_RUN.search(text) is not None:
+        return True
+    for run in _LONG_TOKEN_RUN.finditer(text):
         found = run.group()
-        if _HEX_RUN.search(found) or (len(found) >= 16 and _DIGIT.search(found) and _LETTER.search(found)):
+        if _DIGIT.search(found) and _LETTER.search(found):
             return True
     return False
 
 
 def redact_content(value: Any) -> Any:
     """`value` (JSON-able) with secrets masked in every string, under the span redaction rules, same shape."""
-    from guardrail.core import spans
-
     masked = spans._mask_structure(value)  # noqa: SLF001 - the span module's own key-name rules
     return _map_strings(masked, lambda text: spans.redact_text(text) if may_hold_secret(text) else text)
 
@@ -169,6 +172,8 @@ class RunRecorder:
         self._errors_seen: set[str] = set()
         self._closed = False
         self._lock = threading.Lock()
+        # Set by what someone waits on (an episode's end, a flush, a stop): it cuts the writer's gathering short.
+        self._urgent = threading.Event()
         self._thread = threading.Thread(target=self._run, name="guardrail-recorder", daemon=True)
         self._thread.start()
 
@@ -178,10 +183,13 @@ class RunRecorder:
             return False
         try:
             self._queue.put_nowait(item)
+            if item[0] in _WAITED_ON:
+                self._urgent.set()
             return True
         except queue.Full:
             if control:
                 self._side.append(item)
+                self._urgent.set()
                 return True
             with self._lock:
                 self.dropped += 1
@@ -235,6 +243,7 @@ class RunRecorder:
         self.flush(timeout_s)
         self._closed = True
         self._queue.put(("stop", ""))
+        self._urgent.set()
         self._thread.join(timeout_s)
         try:
             self.store.close()
@@ -244,7 +253,10 @@ class RunRecorder:
     # ------------------------------------------------------------------ the writer thread
     def _next_batch(self) -> list[Any]:
         """What to write next: everything waiting, gathered for up to `_LINGER_S` after the first item so one
-        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those)."""
+        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those).
+
+        While it gathers, the writer sleeps on `_urgent` rather than in the queue: a step put meanwhile wakes
+        no thread (a wake-up per step cost more CPU than writing the step)."""
         items: list[Any] = []
         while self._side:
             items.append(self._side.popleft())
@@ -253,16 +265,14 @@ class RunRecorder:
                 items.append(self._queue.get(timeout=0.5))
             except queue.Empty:
                 return []
-        waited_on = any(item[0] in _WAITED_ON for item in items)
-        deadline = time.monotonic() + _LINGER_S
+        if not any(item[0] in _WAITED_ON for item in items):
+            self._urgent.wait(_LINGER_S)
+        self._urgent.clear()
         while len(items) < _BATCH:
             try:
-                item = self._queue.get_nowait() if waited_on else \
-                    self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                items.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-            items.append(item)
-            waited_on = waited_on or item[0] in _WAITED_ON
         while self._side and len(items) < 2 * _BATCH:
             items.append(self._side.popleft())
         return items
@@ -379,8 +389,6 @@ def _clean(step: Step) -> bool:
     text = step.text
     if may_hold_secret(text) or (step.task is not None and may_hold_secret(step.task)):
         return False
-    from guardrail.core import spans
-
     secret_key = spans._SECRET_KEY_NAME.fullmatch  # noqa: SLF001 - the span module's own key-name rule
     for event in step.tool_events:
         if event.guard_message is not None and may_hold_secret(event.guard_message):
