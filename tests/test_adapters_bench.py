@@ -34,9 +34,10 @@ def test_overhead_growth_reports_the_added_cost_along_a_long_run(capsys):
                  "--warmup", "0", "--growth", "--growth-steps", "20", "--growth-repeats", "1", "--json"])
 
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    growth = [r for r in rows if r["configuration"] == "growth"]
+    growth = [r for r in rows if r["configuration"].startswith("growth")]
     assert code == 0
-    assert [r["framework"] for r in growth] == ["langgraph", "autogen"]
+    assert [(r["framework"], r["configuration"]) for r in growth] == [
+        ("langgraph", "growth-none"), ("langgraph", "growth-all"), ("autogen", "growth-none"), ("autogen", "growth-all")]
     for row in growth:
         assert row["steps_per_run"] == 20 and row["repeats"] == 1
         assert set(row["added_ms_at_step"]) == {"10", "20"}

@@ -21,9 +21,9 @@ process's CPU time (all its threads), not wall time: the guard's cost is CPU wor
 machine wall time mostly measures the neighbours. Each row carries the 1-minute load average before
 and after its framework's runs.
 
-``--growth`` adds one row per framework from a 200-step scripted loop (a tool call a step): the added
-per-step cost of all layers over the bare loop at steps 10, 50 and 200 (each the mean of the 5 steps
-ending there), from CPU timestamps the model takes at every call. ``--profile`` runs each variant
+``--growth`` adds two rows per framework from a 200-step scripted loop (a tool call a step): the added
+per-step cost of the adapter with an empty Guard and with all layers over the bare loop at steps 10,
+50 and 200 (each the mean of the 5 steps ending there), from CPU timestamps the model takes at every call. ``--profile`` runs each variant
 under cProfile and writes ``.prof`` files, their top functions and per-function differences
 (floor - bare, none - floor, all - none) under ``out/overhead-profile/``.
 """
@@ -448,8 +448,9 @@ def _window_ms(stamps: Sequence[float], at: int) -> float:
 def measure_growth(frameworks: Sequence[str] = ("langgraph", "autogen"), *, repeats: int = 5,
                    steps: int = GROWTH_STEPS, model: str | None = None,
                    show_progress: bool = True) -> list[dict[str, Any]]:
-    """One row per framework: all layers' added ms per step at steps 10, 50 and 200 of a 200-step run
-    (with fewer `steps`, at those of them within the run, and at its last step)."""
+    """Two rows per framework, the adapter with an empty Guard (``growth-none``) and with all layers
+    (``growth-all``): added ms per step over the bare loop at steps 10, 50 and 200 of a 200-step run (with
+    fewer `steps`, at those of them within the run, and at its last step)."""
     from traces.tasks import make_task
     from traces.tools import BOOKING_TOOLS, booking_tools
     from verifiers.spec import pick_spec
@@ -458,35 +459,41 @@ def measure_growth(frameworks: Sequence[str] = ("langgraph", "autogen"), *, repe
     spec = pick_spec(task.tools, [task.prompt])
     tools = {t.name: t.func for t in booking_tools().langchain_tools(BOOKING_TOOLS) if getattr(t, "func", None)}
     rows = []
+    points = sorted({*(at for at in GROWTH_AT if GROWTH_WINDOW <= at <= steps), steps})
     with tempfile.TemporaryDirectory(prefix="guardrail-bench-") as workspace:
         for framework in frameworks:
             if framework == "guard":
                 continue
             loop = _loop_langgraph if framework == "langgraph" else _loop_autogen
-            guard, exporter = _guard("all", Path(workspace), tools, _monitor(framework, ["all"], model), spec)
-            arms = {"bare": loop(None, steps), "all": loop(guard, steps)}
-            points = sorted({*(at for at in GROWTH_AT if GROWTH_WINDOW <= at <= steps), steps})
+            guards = {arm: _guard(arm, Path(workspace), tools, _monitor(framework, [arm], model), spec)
+                      for arm in ("none", "all")}
+            arms = {"bare": loop(None, steps), **{arm: loop(guard, steps) for arm, (guard, _) in guards.items()}}
             for run in arms.values():  # warm up
                 run()
             load_before = _load()
-            added: dict[int, list[float]] = {at: [] for at in points}
+            added: dict[str, dict[int, list[float]]] = {arm: {at: [] for at in points} for arm in guards}
+            names = list(arms)
             for repeat in progress(range(repeats), desc=f"{framework}/growth", total=repeats, enabled=show_progress):
-                order = ["bare", "all"] if repeat % 2 == 0 else ["all", "bare"]
+                order = names[repeat % len(names):] + names[:repeat % len(names)]
                 stamps = {arm: arms[arm]() for arm in order}
-                exporter.clear()
+                for _, exporter in guards.values():
+                    exporter.clear()
                 if any(len(s) != steps + 1 for s in stamps.values()):
                     continue
-                for at in points:
-                    added[at].append(_window_ms(stamps["all"], at) - _window_ms(stamps["bare"], at))
-            rows.append({
-                "framework": framework,
-                "configuration": "growth",
-                "layers": [layer.name for layer in guard.layers],
-                "steps_per_run": steps,
-                "added_ms_at_step": {str(at): _median(added[at]) for at in points},
-                "repeats": len(added[steps]),
-                "load_average": [load_before, _load()],
-            })
+                for arm in guards:
+                    for at in points:
+                        added[arm][at].append(_window_ms(stamps[arm], at) - _window_ms(stamps["bare"], at))
+            load_after = _load()
+            for arm, (guard, _) in guards.items():
+                rows.append({
+                    "framework": framework,
+                    "configuration": f"growth-{arm}",
+                    "layers": [layer.name for layer in guard.layers],
+                    "steps_per_run": steps,
+                    "added_ms_at_step": {str(at): _median(added[arm][at]) for at in points},
+                    "repeats": len(added[arm][steps]),
+                    "load_average": [load_before, load_after],
+                })
     return rows
 
 
@@ -616,10 +623,10 @@ def _run(args: argparse.Namespace) -> int:
             emit_json(row)
     else:
         print_table([{k: ("+".join(v) if k == "layers" else v) for k, v in row.items()} for row in rows
-                     if row["configuration"] != "growth"])
+                     if not row["configuration"].startswith("growth")])
         for row in rows:
-            if row["configuration"] == "growth":
-                print(f"{row['framework']}: all layers, added ms per step at step " +
+            if row["configuration"].startswith("growth"):
+                print(f"{row['framework']} {row['configuration']}: added ms per step at step " +
                       ", ".join(f"{k}: {v}" for k, v in row["added_ms_at_step"].items()))
     return 0
 
