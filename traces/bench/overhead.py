@@ -23,7 +23,8 @@ and after its framework's runs.
 
 ``--growth`` adds two rows per framework from a 200-step scripted loop (a tool call a step): the added
 per-step cost of the adapter with an empty Guard and with all layers over the bare loop at steps 10,
-50 and 200 (each the mean of the 5 steps ending there), from CPU timestamps the model takes at every call. ``--profile`` runs each variant
+50 and 200 (each the mean of the 10 steps ending there), from CPU timestamps the model takes at every call,
+with the garbage collector paused during those runs (a collection lands on an arbitrary step). ``--profile`` runs each variant
 under cProfile and writes ``.prof`` files, their top functions and per-function differences
 (floor - bare, none - floor, all - none) under ``out/overhead-profile/``.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -55,7 +57,7 @@ CONFIGURATIONS = ("none", "gate", "all", "record")
 TASK_SEED = 3
 GROWTH_STEPS = 200  # the loop agent's tool steps (then one final answer)
 GROWTH_AT = (10, 50, 200)  # steps whose added cost the growth row reports
-GROWTH_WINDOW = 5  # each figure is the mean of the steps (k - 5, k]
+GROWTH_WINDOW = 10  # each figure is the mean of the steps (k - 10, k]
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -440,6 +442,17 @@ def _loop_autogen(guard: Any, steps: int) -> Callable[[], list[float]]:
     return lambda: asyncio.run(arun())
 
 
+def _without_gc(run: Callable[[], list[float]]) -> list[float]:
+    """One run with the cyclic garbage collector paused: a collection lands on whichever step crosses its
+    threshold and costs the whole heap's objects, which would show as that step growing."""
+    gc.collect()
+    gc.disable()
+    try:
+        return run()
+    finally:
+        gc.enable()
+
+
 def _window_ms(stamps: Sequence[float], at: int) -> float:
     """Mean CPU ms of the steps (at - GROWTH_WINDOW, at]: step k runs from model call k to model call k + 1."""
     return (stamps[at] - stamps[at - GROWTH_WINDOW]) / GROWTH_WINDOW * 1000.0
@@ -475,7 +488,7 @@ def measure_growth(frameworks: Sequence[str] = ("langgraph", "autogen"), *, repe
             names = list(arms)
             for repeat in progress(range(repeats), desc=f"{framework}/growth", total=repeats, enabled=show_progress):
                 order = names[repeat % len(names):] + names[:repeat % len(names)]
-                stamps = {arm: arms[arm]() for arm in order}
+                stamps = {arm: _without_gc(arms[arm]) for arm in order}
                 for _, exporter in guards.values():
                     exporter.clear()
                 if any(len(s) != steps + 1 for s in stamps.values()):
