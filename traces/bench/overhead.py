@@ -18,8 +18,10 @@ the adapter's own cost), ``configuration - none`` (`layers_median_ms`) and ``con
 included); rows report medians over repeats. Running every variant in each repeat cancels a shared
 machine's slow drift; the median ignores the odd repeat a neighbour's burst landed on. Time is the
 process's CPU time (all its threads), not wall time: the guard's cost is CPU work, and on a shared
-machine wall time mostly measures the neighbours. Each row carries the 1-minute load average before
-and after its framework's runs.
+machine wall time mostly measures the neighbours. What exists after the warm-up runs is frozen out of the
+garbage collector's full passes and each LangGraph run's checkpoints are deleted after it (outside the
+timing), so a collection costs the same late in the benchmark as early. Each row carries the 1-minute
+load average before and after its framework's runs.
 
 ``--growth`` adds two rows per framework from a 200-step scripted loop (a tool call a step): the added
 per-step cost of the adapter with an empty Guard and with all layers over the bare loop at steps 10,
@@ -116,11 +118,12 @@ def _runner(framework: str, task: Any, policy: Any, guard: Any, *,
         counter = iter(range(1 << 30))
 
         def run_langgraph() -> tuple[float, int]:
-            config = {"configurable": {"thread_id": f"bench-{next(counter)}"},
-                      "recursion_limit": 4 * policy.max_steps + 10}
+            thread = f"bench-{next(counter)}"
+            config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * policy.max_steps + 10}
             started = time.process_time()
             state = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
             elapsed = time.process_time() - started
+            graph.checkpointer.delete_thread(thread)  # a flat heap: saved runs would slow every later collection
             return elapsed, sum(1 for m in state["messages"] if m.type == "ai")
 
         return run_langgraph
@@ -285,6 +288,10 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
             for _ in range(warmup):  # imports, caches, the gate's first index build
                 for variant in variants:
                     runners[variant]()
+            # What exists now (modules, agents, fitted monitor) is never garbage: kept out of the collector's
+            # full passes, which would otherwise cost in proportion to it at whichever run they land on.
+            gc.collect()
+            gc.freeze()
             load_before = _load()
             per_step: list[dict[str, float]] = []  # one {variant: ms per step} per comparable repeat
             steps = 0
@@ -302,6 +309,7 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                 per_step.append({v: seconds / n * 1000.0 for v, (seconds, _) in times.items()})
                 steps += n
             load_after = _load()
+            gc.unfreeze()
             floor = [t["floor"] - t["bare"] for t in per_step] if "floor" in variants else [0.0] * len(per_step)
             adapter = [t["none"] - t.get("floor", t["bare"]) for t in per_step]
             for configuration in configurations:
@@ -387,8 +395,10 @@ def _loop_langgraph(guard: Any, steps: int) -> Callable[[], list[float]]:
 
     def run() -> list[float]:
         model.turn, model.stamps = 0, []
+        thread = f"loop-{next(counter)}"
         graph.invoke({"messages": [HumanMessage(task.prompt)]},
-                     {"configurable": {"thread_id": f"loop-{next(counter)}"}, "recursion_limit": 2 * steps + 10})
+                     {"configurable": {"thread_id": thread}, "recursion_limit": 2 * steps + 10})
+        graph.checkpointer.delete_thread(thread)
         return model.stamps
 
     return run
