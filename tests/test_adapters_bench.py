@@ -7,8 +7,8 @@ import json
 from guardrail.core.cli import main
 
 ROW_KEYS = {"framework", "configuration", "baseline", "layers", "recorder_dropped", "median_added_ms_per_step",
-            "p95_added_ms_per_step", "floor_median_ms", "adapter_median_ms", "layers_median_ms", "steps",
-            "load_average"}
+            "p95_added_ms_per_step", "floor_median_ms", "adapter_median_ms", "layers_median_ms", "best_added_ms",
+            "best_floor_ms", "best_adapter_ms", "best_layers_ms", "adapter_self_ms", "steps", "load_average"}
 
 
 def test_overhead_json_has_one_row_per_framework_and_configuration(capsys):
@@ -27,6 +27,10 @@ def test_overhead_json_has_one_row_per_framework_and_configuration(capsys):
         assert len(row["load_average"]) == 2
     # The floor (no-op hooks over the bare agent) exists only where there is a framework to host them.
     assert [r["floor_median_ms"] is None for r in rows] == [True, False, False]
+    assert [r["best_floor_ms"] is None for r in rows] == [True, False, False]
+    # The adapter's own hooks, timed from inside: a positive cost, far under a millisecond a step.
+    assert [r["adapter_self_ms"] is None for r in rows] == [True, False, False]
+    assert all(0 < r["adapter_self_ms"] < 5 for r in rows[1:])
 
 
 def test_overhead_growth_reports_the_added_cost_along_a_long_run(capsys):

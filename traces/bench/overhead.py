@@ -15,7 +15,11 @@ runs in every variant, one after another in a rotated order within each repeat:
 Each repeat gives, per step, ``floor - bare`` (`floor_median_ms`), ``none - floor`` (`adapter_median_ms`:
 the adapter's own cost), ``configuration - none`` (`layers_median_ms`) and ``configuration - bare``
 (`median_added_ms_per_step`; for ``record``, ``record - all``: what recording adds, writer thread
-included); rows report medians over repeats. Running every variant in each repeat cancels a shared
+included); rows report medians over repeats, and the same differences between each variant's fastest
+run (``best_*_ms``: the least disturbed runs). ``adapter_self_ms`` is measured apart, after the paired
+repeats: as many episodes of the empty adapter with its hooks timed from inside (CPU time of the
+thread running each hook, less the model and tool calls it makes): the adapter's own code, which a
+shared machine's noise on whole runs (tenths of a millisecond per step) would otherwise hide. Running every variant in each repeat cancels a shared
 machine's slow drift; the median ignores the odd repeat a neighbour's burst landed on. Time is the
 process's CPU time (all its threads), not wall time: the guard's cost is CPU work, and on a shared
 machine wall time mostly measures the neighbours. What exists after the warm-up runs is frozen out of the
@@ -35,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import cProfile
+import functools
 import gc
 import io
 import os
@@ -43,8 +49,9 @@ import pstats
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +250,140 @@ def _fit_monitor(framework: str) -> Any:
     return StepMonitor().fit(healthy)
 
 
+class _SelfTime:
+    """CPU time the adapter's own hooks spend, less the framework calls they make (the model, the tool): what the
+    adapter itself costs, measured on the thread running it, so a neighbour's burst between hooks does not count."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._inner: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("inner", default=None)
+
+    def _add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+
+    def hook(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A hook that calls nothing of the framework's (before_agent, after_agent)."""
+        @functools.wraps(fn)  # frameworks read the hook's signature
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._add(time.thread_time() - started)
+        return timed
+
+    def wrap(self, fn: Callable[[Any, Callable[[Any], Any]], Any]) -> Callable[[Any, Callable[[Any], Any]], Any]:
+        """A wrap hook (request, handler): the handler's time is the framework's."""
+        @functools.wraps(fn)  # frameworks read the hook's signature
+        def timed(request: Any, handler: Callable[[Any], Any]) -> Any:
+            inner = [0.0]
+
+            def framework(req: Any) -> Any:
+                started = time.thread_time()
+                try:
+                    return handler(req)
+                finally:
+                    inner[0] += time.thread_time() - started
+            started = time.thread_time()
+            try:
+                return fn(request, framework)
+            finally:
+                self._add(time.thread_time() - started - inner[0])
+        return timed
+
+    def acall(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """An async hook; what it awaits through `aframework` is the framework's."""
+        @functools.wraps(fn)  # frameworks read the hook's signature
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            inner: list[float] = [0.0]
+            token = self._inner.set(inner)
+            started = time.thread_time()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self._add(time.thread_time() - started - inner[0])
+                self._inner.reset(token)
+        return timed
+
+    def aframework(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(fn)  # frameworks read the hook's signature
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            inner = self._inner.get()
+            started = time.thread_time()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                if inner is not None:
+                    inner[0] += time.thread_time() - started
+        return timed
+
+
+def _adapter_self_ms(framework: str, task: Any, policy: Any, guard: Any, runs: int) -> float | None:
+    """Median over `runs` episodes of the adapter's own CPU ms per step (an empty Guard's hooks included)."""
+    from traces.tools import BOOKING_TOOLS, booking_tools
+
+    timer = _SelfTime()
+    per_step: list[float] = []
+    box = booking_tools()
+    if framework == "langgraph":
+        from langchain_core.messages import HumanMessage
+
+        from adapters.langchain import GuardMiddleware
+        from traces.agents import build_langgraph_agent
+        from traces.models import ScriptedChatModel
+
+        middleware = GuardMiddleware(guard)
+        for name in ("before_agent", "after_agent"):
+            setattr(middleware, name, timer.hook(getattr(middleware, name)))
+        for name in ("wrap_model_call", "wrap_tool_call"):
+            setattr(middleware, name, timer.wrap(getattr(middleware, name)))
+        graph = build_langgraph_agent(task, policy, toolbox=box, middleware=[middleware],
+                                      model=ScriptedChatModel(policy=policy))
+        for run in range(runs + 2):
+            timer.seconds = 0.0
+            thread = f"self-{run}"
+            state = graph.invoke({"messages": [HumanMessage(task.prompt)]},
+                                 {"configurable": {"thread_id": thread}, "recursion_limit": 4 * policy.max_steps + 10})
+            graph.checkpointer.delete_thread(thread)
+            if run >= 2:  # two warm-up runs
+                per_step.append(timer.seconds * 1000.0 / sum(1 for m in state["messages"] if m.type == "ai"))
+        return _median(per_step)
+    if framework != "autogen":
+        return None
+    from autogen_core import CancellationToken
+    from autogen_core.tools import StaticWorkbench
+
+    from adapters.autogen import AutoGenGuard
+    from traces.agents import build_autogen_agent
+    from traces.models import ScriptedChatCompletionClient
+
+    client = ScriptedChatCompletionClient(policy)
+    guarded = AutoGenGuard(guard, task=task.prompt)
+    model_client, workbench = guarded.model_client(client), guarded.workbench(box.autogen_tools(BOOKING_TOOLS))
+    client.create = timer.aframework(client.create)  # type: ignore[method-assign]
+    model_client.create = timer.acall(model_client.create)  # type: ignore[method-assign]
+    workbench.call_tool = timer.acall(workbench.call_tool)  # type: ignore[method-assign]
+    agent, _ = build_autogen_agent(task, policy, toolbox=box, client=model_client, workbench=workbench)
+    finish = timer.acall(guarded.afinish)
+    static_call = StaticWorkbench.call_tool
+    StaticWorkbench.call_tool = timer.aframework(static_call)  # type: ignore[method-assign]  # the super() call
+
+    async def arun() -> float:
+        await agent.on_reset(CancellationToken())
+        before = len(client.results)
+        timer.seconds = 0.0
+        await finish(await agent.run(task=task.prompt))
+        return timer.seconds * 1000.0 / (len(client.results) - before)
+
+    try:
+        values = [asyncio.run(arun()) for _ in range(runs + 2)]
+    finally:
+        StaticWorkbench.call_tool = static_call  # type: ignore[method-assign]
+    return _median(values[2:])
+
+
 def _variants(framework: str, configurations: Sequence[str]) -> list[str]:
     """What one repeat runs: the bare agent, the floor (frameworks only), the empty adapter, then each asked
     configuration (``record`` brings ``all``, its baseline)."""
@@ -310,6 +451,11 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                 steps += n
             load_after = _load()
             gc.unfreeze()
+            adapter_self = _adapter_self_ms(framework, task, policy, guards["none"][0], repeats) \
+                if framework != "guard" else None
+            # The fastest run of each variant: on a shared machine the least disturbed, so differences of these
+            # move far less between benchmark runs than the medians of paired differences do.
+            best = {v: min(t[v] for t in per_step) for v in variants} if per_step else {}
             floor = [t["floor"] - t["bare"] for t in per_step] if "floor" in variants else [0.0] * len(per_step)
             adapter = [t["none"] - t.get("floor", t["bare"]) for t in per_step]
             for configuration in configurations:
@@ -330,10 +476,19 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                     "floor_median_ms": _median(floor) if framework != "guard" else None,
                     "adapter_median_ms": _median(adapter),
                     "layers_median_ms": _median([t[configuration] - t["none"] for t in per_step]),
+                    "best_added_ms": _gap(best, configuration, baseline),
+                    "best_floor_ms": _gap(best, "floor", "bare") if framework != "guard" else None,
+                    "best_adapter_ms": _gap(best, "none", "floor" if framework != "guard" else "bare"),
+                    "best_layers_ms": _gap(best, configuration, "none"),
+                    "adapter_self_ms": adapter_self,
                     "steps": steps,
                     "load_average": [load_before, load_after],
                 })
     return rows
+
+
+def _gap(best: dict[str, float], variant: str, baseline: str) -> float | None:
+    return round(best[variant] - best[baseline], 4) if variant in best and baseline in best else None
 
 
 def _monitor(framework: str, configurations: Sequence[str], model: str | None) -> Any:
