@@ -17,8 +17,9 @@ the adapter's own cost), ``configuration - none`` (`layers_median_ms`) and ``con
 (`median_added_ms_per_step`; for ``record``, ``record - all``: what recording adds, writer thread
 included); rows report medians over repeats, and the same differences between each variant's fastest
 run (``best_*_ms``: the least disturbed runs). ``adapter_self_ms`` is measured apart, after the paired
-repeats: as many episodes of the empty adapter with its hooks timed from inside (CPU time of the
-thread running each hook, less the model and tool calls it makes): the adapter's own code, which a
+repeats: as many episodes of the empty adapter with its hooks timed from inside (CPU time, less the
+model and tool calls they make: of the thread running each hook in LangGraph, of the process in
+AutoGen, whose hooks hand work to a worker thread): the adapter's own code, which a
 shared machine's noise on whole runs (tenths of a millisecond per step) would otherwise hide. Running every variant in each repeat cancels a shared
 machine's slow drift; the median ignores the odd repeat a neighbour's burst landed on. Time is the
 process's CPU time (all its threads), not wall time: the guard's cost is CPU work, and on a shared
@@ -27,10 +28,10 @@ garbage collector's full passes and each LangGraph run's checkpoints are deleted
 timing), so a collection costs the same late in the benchmark as early. Each row carries the 1-minute
 load average before and after its framework's runs.
 
-``--growth`` adds two rows per framework from a 200-step scripted loop (a tool call a step): the added
-per-step cost of the adapter with an empty Guard and with all layers over the bare loop at steps 10,
-50 and 200 (each the mean of the 10 steps ending there), from CPU timestamps the model takes at every call,
-with the garbage collector paused during those runs (a collection lands on an arbitrary step). ``--profile`` runs each variant
+``--growth`` adds two rows per framework from a 200-step scripted loop (a tool call a step): the guard's
+own CPU time per step (its hooks timed from inside, as for ``adapter_self_ms``), with an empty Guard and
+with all layers, at steps 10, 50 and 200 (each the mean of the 10 steps ending there, read at every model
+call), with the garbage collector paused during those runs (a collection lands on an arbitrary step). ``--profile`` runs each variant
 under cProfile and writes ``.prof`` files, their top functions and per-function differences
 (floor - bare, none - floor, all - none) under ``out/overhead-profile/``.
 """
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import contextvars
 import cProfile
 import functools
@@ -51,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +256,10 @@ class _SelfTime:
     """CPU time the adapter's own hooks spend, less the framework calls they make (the model, the tool): what the
     adapter itself costs, measured on the thread running it, so a neighbour's burst between hooks does not count."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.thread_time) -> None:
+        # thread_time for LangGraph (its checkpoint writer threads run meanwhile); process_time for AutoGen, whose
+        # guard hooks hand the gate to a worker thread while the loop's thread waits.
+        self.clock = clock
         self.seconds = 0.0
         self._lock = threading.Lock()
         self._inner: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("inner", default=None)
@@ -267,11 +272,11 @@ class _SelfTime:
         """A hook that calls nothing of the framework's (before_agent, after_agent)."""
         @functools.wraps(fn)  # frameworks read the hook's signature
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.thread_time()
+            started = self.clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._add(time.thread_time() - started)
+                self._add(self.clock() - started)
         return timed
 
     def wrap(self, fn: Callable[[Any, Callable[[Any], Any]], Any]) -> Callable[[Any, Callable[[Any], Any]], Any]:
@@ -281,16 +286,16 @@ class _SelfTime:
             inner = [0.0]
 
             def framework(req: Any) -> Any:
-                started = time.thread_time()
+                started = self.clock()
                 try:
                     return handler(req)
                 finally:
-                    inner[0] += time.thread_time() - started
-            started = time.thread_time()
+                    inner[0] += self.clock() - started
+            started = self.clock()
             try:
                 return fn(request, framework)
             finally:
-                self._add(time.thread_time() - started - inner[0])
+                self._add(self.clock() - started - inner[0])
         return timed
 
     def acall(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -299,11 +304,11 @@ class _SelfTime:
         async def timed(*args: Any, **kwargs: Any) -> Any:
             inner: list[float] = [0.0]
             token = self._inner.set(inner)
-            started = time.thread_time()
+            started = self.clock()
             try:
                 return await fn(*args, **kwargs)
             finally:
-                self._add(time.thread_time() - started - inner[0])
+                self._add(self.clock() - started - inner[0])
                 self._inner.reset(token)
         return timed
 
@@ -311,12 +316,12 @@ class _SelfTime:
         @functools.wraps(fn)  # frameworks read the hook's signature
         async def timed(*args: Any, **kwargs: Any) -> Any:
             inner = self._inner.get()
-            started = time.thread_time()
+            started = self.clock()
             try:
                 return await fn(*args, **kwargs)
             finally:
                 if inner is not None:
-                    inner[0] += time.thread_time() - started
+                    inner[0] += self.clock() - started
         return timed
 
 
@@ -324,22 +329,16 @@ def _adapter_self_ms(framework: str, task: Any, policy: Any, guard: Any, runs: i
     """Median over `runs` episodes of the adapter's own CPU ms per step (an empty Guard's hooks included)."""
     from traces.tools import BOOKING_TOOLS, booking_tools
 
-    timer = _SelfTime()
+    timer = _SelfTime(time.process_time if framework == "autogen" else time.thread_time)
     per_step: list[float] = []
     box = booking_tools()
     if framework == "langgraph":
         from langchain_core.messages import HumanMessage
 
-        from adapters.langchain import GuardMiddleware
         from traces.agents import build_langgraph_agent
         from traces.models import ScriptedChatModel
 
-        middleware = GuardMiddleware(guard)
-        for name in ("before_agent", "after_agent"):
-            setattr(middleware, name, timer.hook(getattr(middleware, name)))
-        for name in ("wrap_model_call", "wrap_tool_call"):
-            setattr(middleware, name, timer.wrap(getattr(middleware, name)))
-        graph = build_langgraph_agent(task, policy, toolbox=box, middleware=[middleware],
+        graph = build_langgraph_agent(task, policy, toolbox=box, middleware=[_timed_middleware(guard, timer)],
                                       model=ScriptedChatModel(policy=policy))
         for run in range(runs + 2):
             timer.seconds = 0.0
@@ -353,22 +352,14 @@ def _adapter_self_ms(framework: str, task: Any, policy: Any, guard: Any, runs: i
     if framework != "autogen":
         return None
     from autogen_core import CancellationToken
-    from autogen_core.tools import StaticWorkbench
 
-    from adapters.autogen import AutoGenGuard
     from traces.agents import build_autogen_agent
     from traces.models import ScriptedChatCompletionClient
 
     client = ScriptedChatCompletionClient(policy)
-    guarded = AutoGenGuard(guard, task=task.prompt)
-    model_client, workbench = guarded.model_client(client), guarded.workbench(box.autogen_tools(BOOKING_TOOLS))
-    client.create = timer.aframework(client.create)  # type: ignore[method-assign]
-    model_client.create = timer.acall(model_client.create)  # type: ignore[method-assign]
-    workbench.call_tool = timer.acall(workbench.call_tool)  # type: ignore[method-assign]
+    model_client, workbench, finish = _timed_autogen(guard, client, box.autogen_tools(BOOKING_TOOLS), task.prompt,
+                                                     timer)
     agent, _ = build_autogen_agent(task, policy, toolbox=box, client=model_client, workbench=workbench)
-    finish = timer.acall(guarded.afinish)
-    static_call = StaticWorkbench.call_tool
-    StaticWorkbench.call_tool = timer.aframework(static_call)  # type: ignore[method-assign]  # the super() call
 
     async def arun() -> float:
         await agent.on_reset(CancellationToken())
@@ -377,11 +368,49 @@ def _adapter_self_ms(framework: str, task: Any, policy: Any, guard: Any, runs: i
         await finish(await agent.run(task=task.prompt))
         return timer.seconds * 1000.0 / (len(client.results) - before)
 
-    try:
+    with _timed_static_workbench(timer):
         values = [asyncio.run(arun()) for _ in range(runs + 2)]
+    return _median(values[2:])
+
+
+def _timed_middleware(guard: Any, timer: _SelfTime) -> Any:
+    """A `GuardMiddleware` over `guard` whose hooks add their own CPU time to `timer`."""
+    from adapters.langchain import GuardMiddleware
+
+    middleware = GuardMiddleware(guard)
+    for name in ("before_agent", "after_agent"):
+        setattr(middleware, name, timer.hook(getattr(middleware, name)))
+    for name in ("wrap_model_call", "wrap_tool_call"):
+        setattr(middleware, name, timer.wrap(getattr(middleware, name)))
+    return middleware
+
+
+def _timed_autogen(guard: Any, client: Any, tools: list[Any], task: str,
+                   timer: _SelfTime) -> tuple[Any, Any, Callable[..., Awaitable[Any]]]:
+    """(model client, workbench, afinish) of an `AutoGenGuard` over `guard`, their own CPU time added to `timer`;
+    the wrapped client's calls are the framework's (run the agent inside `_timed_static_workbench`)."""
+    from adapters.autogen import AutoGenGuard
+
+    guarded = AutoGenGuard(guard, task=task)
+    model_client, workbench = guarded.model_client(client), guarded.workbench(tools)
+    client.create = timer.aframework(client.create)
+    model_client.create = timer.acall(model_client.create)  # type: ignore[method-assign]
+    workbench.call_tool = timer.acall(workbench.call_tool)  # type: ignore[method-assign]
+    return model_client, workbench, timer.acall(guarded.afinish)
+
+
+@contextlib.contextmanager
+def _timed_static_workbench(timer: _SelfTime) -> Iterator[None]:
+    """`StaticWorkbench.call_tool` (the guarded workbench's super() call: running the tool) counted as the
+    framework's while the block runs."""
+    from autogen_core.tools import StaticWorkbench
+
+    static_call = StaticWorkbench.call_tool
+    StaticWorkbench.call_tool = timer.aframework(static_call)  # type: ignore[method-assign]
+    try:
+        yield
     finally:
         StaticWorkbench.call_tool = static_call  # type: ignore[method-assign]
-    return _median(values[2:])
 
 
 def _variants(framework: str, configurations: Sequence[str]) -> list[str]:
@@ -510,8 +539,9 @@ def _loop_call(turn: int) -> tuple[str, dict[str, Any]]:
     return "calculator", {"expression": f"{turn} * 3 + 1"}
 
 
-def _loop_langgraph(guard: Any, steps: int) -> Callable[[], list[float]]:
-    """A LangGraph agent calling one tool a step for `steps` steps; a run returns the CPU time at each model call."""
+def _loop_langgraph(guard: Any, steps: int, timer: _SelfTime) -> Callable[[], list[float]]:
+    """A LangGraph agent calling one tool a step for `steps` steps; a run returns, at each model call, the CPU
+    time the guard's hooks had spent so far (`timer`)."""
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
@@ -533,7 +563,7 @@ def _loop_langgraph(guard: Any, steps: int) -> Callable[[], list[float]]:
             return self
 
         def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            self.stamps.append(time.process_time())
+            self.stamps.append(timer.seconds)
             turn, self.turn = self.turn, self.turn + 1
             if turn >= steps:
                 return ChatResult(generations=[ChatGeneration(message=AIMessage(content="Done: the answer is 42."))])
@@ -545,11 +575,11 @@ def _loop_langgraph(guard: Any, steps: int) -> Callable[[], list[float]]:
     policy = Policy(seed=TASK_SEED)
     model = LoopChatModel()
     graph = build_langgraph_agent(task, policy, toolbox=booking_tools(), model=model,
-                                  middleware=_langgraph_middleware(guard, False))
+                                  middleware=[_timed_middleware(guard, timer)])
     counter = iter(range(1 << 30))
 
     def run() -> list[float]:
-        model.turn, model.stamps = 0, []
+        model.turn, model.stamps, timer.seconds = 0, [], 0.0
         thread = f"loop-{next(counter)}"
         graph.invoke({"messages": [HumanMessage(task.prompt)]},
                      {"configurable": {"thread_id": thread}, "recursion_limit": 2 * steps + 10})
@@ -559,7 +589,7 @@ def _loop_langgraph(guard: Any, steps: int) -> Callable[[], list[float]]:
     return run
 
 
-def _loop_autogen(guard: Any, steps: int) -> Callable[[], list[float]]:
+def _loop_autogen(guard: Any, steps: int, timer: _SelfTime) -> Callable[[], list[float]]:
     """The AutoGen twin of `_loop_langgraph`."""
     import json
 
@@ -579,7 +609,7 @@ def _loop_autogen(guard: Any, steps: int) -> Callable[[], list[float]]:
             self.stamps: list[float] = []
 
         async def create(self, messages: Any, **kwargs: Any) -> Any:
-            self.stamps.append(time.process_time())
+            self.stamps.append(timer.seconds)
             turn, self.turn = self.turn, self.turn + 1
             usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
             if turn >= steps:
@@ -592,19 +622,22 @@ def _loop_autogen(guard: Any, steps: int) -> Callable[[], list[float]]:
     policy = Policy(seed=TASK_SEED)
     box = booking_tools()
     client = LoopClient()
-    agent, guarded = _autogen_agent(guard, False, box.autogen_tools(BOOKING_TOOLS), client, task.prompt,
-                                    lambda c, w: build_autogen_agent(task, policy, toolbox=box, client=c, workbench=w,
-                                                                     max_steps=steps + 2)[0])
+    model_client, workbench, finish = _timed_autogen(guard, client, box.autogen_tools(BOOKING_TOOLS), task.prompt,
+                                                     timer)
+    agent, _ = build_autogen_agent(task, policy, toolbox=box, client=model_client, workbench=workbench,
+                                   max_steps=steps + 2)
 
     async def arun() -> list[float]:
         await agent.on_reset(CancellationToken())
-        client.turn, client.stamps = 0, []
-        result = await agent.run(task=task.prompt)
-        if guarded is not None:
-            await guarded.afinish(result)
+        client.turn, client.stamps, timer.seconds = 0, [], 0.0
+        await finish(await agent.run(task=task.prompt))
         return client.stamps
 
-    return lambda: asyncio.run(arun())
+    def run() -> list[float]:
+        with _timed_static_workbench(timer):
+            return asyncio.run(arun())
+
+    return run
 
 
 def _without_gc(run: Callable[[], list[float]]) -> list[float]:
@@ -627,8 +660,9 @@ def measure_growth(frameworks: Sequence[str] = ("langgraph", "autogen"), *, repe
                    steps: int = GROWTH_STEPS, model: str | None = None,
                    show_progress: bool = True) -> list[dict[str, Any]]:
     """Two rows per framework, the adapter with an empty Guard (``growth-none``) and with all layers
-    (``growth-all``): added ms per step over the bare loop at steps 10, 50 and 200 of a 200-step run (with
-    fewer `steps`, at those of them within the run, and at its last step)."""
+    (``growth-all``): the guard's own CPU ms per step (adapter, Guard and layers, timed from inside its hooks)
+    at steps 10, 50 and 200 of a 200-step run (with fewer `steps`, at those of them within the run, and at its
+    last step); medians over `repeats` runs."""
     from traces.tasks import make_task
     from traces.tools import BOOKING_TOOLS, booking_tools
     from verifiers.spec import pick_spec
@@ -643,34 +677,28 @@ def measure_growth(frameworks: Sequence[str] = ("langgraph", "autogen"), *, repe
             if framework == "guard":
                 continue
             loop = _loop_langgraph if framework == "langgraph" else _loop_autogen
-            guards = {arm: _guard(arm, Path(workspace), tools, _monitor(framework, [arm], model), spec)
-                      for arm in ("none", "all")}
-            arms = {"bare": loop(None, steps), **{arm: loop(guard, steps) for arm, (guard, _) in guards.items()}}
-            for run in arms.values():  # warm up
-                run()
-            load_before = _load()
-            added: dict[str, dict[int, list[float]]] = {arm: {at: [] for at in points} for arm in guards}
-            names = list(arms)
-            for repeat in progress(range(repeats), desc=f"{framework}/growth", total=repeats, enabled=show_progress):
-                order = names[repeat % len(names):] + names[:repeat % len(names)]
-                stamps = {arm: _without_gc(arms[arm]) for arm in order}
-                for _, exporter in guards.values():
+            for arm in ("none", "all"):
+                guard, exporter = _guard(arm, Path(workspace), tools, _monitor(framework, [arm], model), spec)
+                run = loop(guard, steps, _SelfTime(time.process_time if framework == "autogen" else time.thread_time))
+                run()  # warm up
+                load_before = _load()
+                at_step: dict[int, list[float]] = {at: [] for at in points}
+                for _ in progress(range(repeats), desc=f"{framework}/growth-{arm}", total=repeats,
+                                  enabled=show_progress):
+                    stamps = _without_gc(run)
                     exporter.clear()
-                if any(len(s) != steps + 1 for s in stamps.values()):
-                    continue
-                for arm in guards:
+                    if len(stamps) != steps + 1:
+                        continue
                     for at in points:
-                        added[arm][at].append(_window_ms(stamps[arm], at) - _window_ms(stamps["bare"], at))
-            load_after = _load()
-            for arm, (guard, _) in guards.items():
+                        at_step[at].append(_window_ms(stamps, at))
                 rows.append({
                     "framework": framework,
                     "configuration": f"growth-{arm}",
                     "layers": [layer.name for layer in guard.layers],
                     "steps_per_run": steps,
-                    "added_ms_at_step": {str(at): _median(added[arm][at]) for at in points},
-                    "repeats": len(added[arm][steps]),
-                    "load_average": [load_before, load_after],
+                    "self_ms_at_step": {str(at): _median(at_step[at]) for at in points},
+                    "repeats": len(at_step[steps]),
+                    "load_average": [load_before, _load()],
                 })
     return rows
 
@@ -804,8 +832,8 @@ def _run(args: argparse.Namespace) -> int:
                      if not row["configuration"].startswith("growth")])
         for row in rows:
             if row["configuration"].startswith("growth"):
-                print(f"{row['framework']} {row['configuration']}: added ms per step at step " +
-                      ", ".join(f"{k}: {v}" for k, v in row["added_ms_at_step"].items()))
+                print(f"{row['framework']} {row['configuration']}: the guard's own ms per step at step " +
+                      ", ".join(f"{k}: {v}" for k, v in row["self_ms_at_step"].items()))
     return 0
 
 
