@@ -394,8 +394,8 @@ def _timed_autogen(guard: Any, client: Any, tools: list[Any], task: str,
     guarded = AutoGenGuard(guard, task=task)
     model_client, workbench = guarded.model_client(client), guarded.workbench(tools)
     client.create = timer.aframework(client.create)
-    model_client.create = timer.acall(model_client.create)  # type: ignore[method-assign]
-    workbench.call_tool = timer.acall(workbench.call_tool)  # type: ignore[method-assign]
+    model_client.create = timer.acall(model_client.create)  # type: ignore[method-assign,assignment]
+    workbench.call_tool = timer.acall(workbench.call_tool)  # type: ignore[method-assign,assignment]
     return model_client, workbench, timer.acall(guarded.afinish)
 
 
@@ -406,7 +406,7 @@ def _timed_static_workbench(timer: _SelfTime) -> Iterator[None]:
     from autogen_core.tools import StaticWorkbench
 
     static_call = StaticWorkbench.call_tool
-    StaticWorkbench.call_tool = timer.aframework(static_call)  # type: ignore[method-assign]
+    StaticWorkbench.call_tool = timer.aframework(static_call)  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
