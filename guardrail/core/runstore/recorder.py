@@ -23,7 +23,6 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from guardrail.core import spans
 from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
 from guardrail.core.runstore.base import (
     DEFAULT_MAX_STEPS,
@@ -72,7 +71,7 @@ _NAMED_IN_CONTEXT = re.compile(
     r"(?::=|=>|[:=])|--?[\w-]*(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn)",
     re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
-_LONG_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_~.:-]{16,}")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_~.:-]{9,}")
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{9}")
 _DIGIT = re.compile(r"[0-9]")
 _LETTER = re.compile(r"[A-Za-z]")
@@ -91,19 +90,17 @@ def may_hold_secret(text: str) -> bool:
         return True
     if ("@" in text or "-u" in text) and _URL_CREDENTIALS.search(text):
         return True
-    # A hex run of 9 lies inside some token run: one scan of the whole text decides it. Only token runs of 16 or
-    # more can then still mix letters and digits into a key, and the scan for those skips the shorter ones.
-    if _HEX_RUN.search(text) is not None:
-        return True
-    for run in _LONG_TOKEN_RUN.finditer(text):
+    for run in _TOKEN_RUN.finditer(text):
         found = run.group()
-        if _DIGIT.search(found) and _LETTER.search(found):
+        if _HEX_RUN.search(found) or (len(found) >= 16 and _DIGIT.search(found) and _LETTER.search(found)):
             return True
     return False
 
 
 def redact_content(value: Any) -> Any:
     """`value` (JSON-able) with secrets masked in every string, under the span redaction rules, same shape."""
+    from guardrail.core import spans
+
     masked = spans._mask_structure(value)  # noqa: SLF001 - the span module's own key-name rules
     return _map_strings(masked, lambda text: spans.redact_text(text) if may_hold_secret(text) else text)
 
@@ -172,8 +169,6 @@ class RunRecorder:
         self._errors_seen: set[str] = set()
         self._closed = False
         self._lock = threading.Lock()
-        # Set by what someone waits on (an episode's end, a flush, a stop): it cuts the writer's gathering short.
-        self._urgent = threading.Event()
         self._thread = threading.Thread(target=self._run, name="guardrail-recorder", daemon=True)
         self._thread.start()
 
@@ -183,13 +178,10 @@ class RunRecorder:
             return False
         try:
             self._queue.put_nowait(item)
-            if item[0] in _WAITED_ON:
-                self._urgent.set()
             return True
         except queue.Full:
             if control:
                 self._side.append(item)
-                self._urgent.set()
                 return True
             with self._lock:
                 self.dropped += 1
@@ -243,7 +235,6 @@ class RunRecorder:
         self.flush(timeout_s)
         self._closed = True
         self._queue.put(("stop", ""))
-        self._urgent.set()
         self._thread.join(timeout_s)
         try:
             self.store.close()
@@ -253,10 +244,7 @@ class RunRecorder:
     # ------------------------------------------------------------------ the writer thread
     def _next_batch(self) -> list[Any]:
         """What to write next: everything waiting, gathered for up to `_LINGER_S` after the first item so one
-        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those).
-
-        While it gathers, the writer sleeps on `_urgent` rather than in the queue: a step put meanwhile wakes
-        no thread (a wake-up per step cost more CPU than writing the step)."""
+        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those)."""
         items: list[Any] = []
         while self._side:
             items.append(self._side.popleft())
@@ -265,14 +253,16 @@ class RunRecorder:
                 items.append(self._queue.get(timeout=0.5))
             except queue.Empty:
                 return []
-        if not any(item[0] in _WAITED_ON for item in items):
-            self._urgent.wait(_LINGER_S)
-        self._urgent.clear()
+        waited_on = any(item[0] in _WAITED_ON for item in items)
+        deadline = time.monotonic() + _LINGER_S
         while len(items) < _BATCH:
             try:
-                items.append(self._queue.get_nowait())
+                item = self._queue.get_nowait() if waited_on else \
+                    self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
+            items.append(item)
+            waited_on = waited_on or item[0] in _WAITED_ON
         while self._side and len(items) < 2 * _BATCH:
             items.append(self._side.popleft())
         return items
@@ -389,6 +379,8 @@ def _clean(step: Step) -> bool:
     text = step.text
     if may_hold_secret(text) or (step.task is not None and may_hold_secret(step.task)):
         return False
+    from guardrail.core import spans
+
     secret_key = spans._SECRET_KEY_NAME.fullmatch  # noqa: SLF001 - the span module's own key-name rule
     for event in step.tool_events:
         if event.guard_message is not None and may_hold_secret(event.guard_message):
