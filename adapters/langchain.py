@@ -86,6 +86,11 @@ class _Run:
     task: str | None = None
     fed: set[str] = field(default_factory=set)
     declared: bool = False  # the model call's tools were declared to the guard (their schemas)
+    # Where the next scan starts: every model turn before `cursor` was fed (its results are all behind it, so
+    # what is still to feed and its results lie after). Checked against the message that ends the fed part:
+    # a state whose messages were removed or replaced is scanned from `start` again.
+    cursor: int = 0
+    cursor_message: Any = None
 
 
 def _result_from(message: Any) -> Result | None:
@@ -196,9 +201,11 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             self._runs.setdefault(episode_id, _Run(start=len(messages), task=_last_human_text(messages)))
         return episode_id
 
-    def _episode(self, state: Any, config: Any = None) -> str:
-        """This run's episode id: a fork's gate episode, the agent state's, else the thread id; started lazily."""
-        episode_id = self._fork_episode(config)
+    def _episode(self, state: Any, config: Any = None, *, fork: str | None = None) -> str:
+        """This run's episode id: a fork's gate episode, the agent state's, else the thread id; started lazily.
+
+        `fork`: the caller already read the fork marker (`_fork_episode`) of this config."""
+        episode_id = fork or self._fork_episode(config)
         if not episode_id:
             episode_id = state.get("guardrail_episode") if isinstance(state, dict) else None
         if not episode_id:
@@ -213,15 +220,22 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return episode_id
 
     def _ready_steps(self, episode_id: str, messages: Sequence[AnyMessage], *, final: bool) -> list[Step]:
-        """Steps not fed yet whose tool results are all in (all of them when the run is ending)."""
+        """Steps not fed yet whose tool results are all in (all of them when the run is ending).
+
+        Reads only the messages after the last fed turn, so a step costs the same at step 200 as at step 2.
+        """
         with self._lock:
             run = self._runs.get(episode_id)
             if run is None:
                 return []
-            replies = [m for m in messages[run.start:] if isinstance(m, ToolMessage)]
+            begin = run.start
+            if run.start < run.cursor <= len(messages) and messages[run.cursor - 1] is run.cursor_message:
+                begin = run.cursor
+            pending = messages[begin:]
+            replies = [m for m in pending if isinstance(m, ToolMessage)]
             answered = {m.tool_call_id for m in replies}
             steps = []
-            for message in messages[run.start:]:
+            for offset, message in enumerate(pending):
                 if not isinstance(message, AIMessage) or (message.id and message.id in run.fed):
                     continue
                 missing = [c for c in message.tool_calls if c.get("id") not in answered]
@@ -229,6 +243,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
                     break  # keep order: a later turn is never fed before an earlier one
                 run.fed.add(message.id or uuid.uuid4().hex)
                 steps.append(step_from_langchain(len(run.fed) - 1, message, replies, task=run.task))
+                run.cursor, run.cursor_message = begin + offset + 1, message
         return steps
 
     def _declare(self, episode_id: str, tools: Sequence[Any]) -> None:
@@ -439,8 +454,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     # ----------------------------------------------------------------- model calls
     # Steps are fed around the model call, not from before_model/after_model hooks: each of those is a
     # graph node run every loop turn (a superstep and a checkpoint write); wrapping the call adds no node.
-    def _before_model_call(self, request: Any) -> tuple[str, list[Decision]]:
-        episode_id = self._episode(request.state)
+    def _before_model_call(self, request: Any, config: Any) -> tuple[str, list[Decision]]:
+        episode_id = self._episode(request.state, config)
         self._declare(episode_id, request.tools)
         return episode_id, self._feed(episode_id, request.state.get("messages", []), final=False)
 
@@ -477,9 +492,10 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return await self._afeed(episode_id, [*request.state.get("messages", []), *produced], final=False)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        if self._fork_episode() is not None:
+        config = self._config()  # read once per call (a context lookup in LangGraph)
+        if self._fork_episode(config) is not None:
             return handler(request)  # a repair fork: the Repairer watches its steps
-        episode_id, decisions = self._before_model_call(request)
+        episode_id, decisions = self._before_model_call(request, config)
         stop = self._stop_response(decisions)
         if stop is not None:
             return stop
@@ -489,9 +505,10 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        if self._fork_episode() is not None:
+        config = self._config()
+        if self._fork_episode(config) is not None:
             return await handler(request)
-        episode_id = self._episode(request.state)
+        episode_id = self._episode(request.state, config)
         self._declare(episode_id, request.tools)
         decisions = await self._afeed(episode_id, request.state.get("messages", []), final=False)
         stop = self._stop_response(decisions)
@@ -531,7 +548,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         handler: Callable[[ToolCallRequest], Any],
     ) -> Any:
         """Gate the call; if allowed run it and check what came back."""
-        episode_id = self._episode(request.state, self._config_of(request))
+        config = self._config_of(request)
+        fork = self._fork_episode(config)
+        episode_id = self._episode(request.state, config, fork=fork)
         self._declare_one(episode_id, request.tool)
         action, problem = self._action(request)
         decision = self._notify(with_problem(
@@ -548,7 +567,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             raise
         _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
-        if result is None or self._fork_episode(self._config_of(request)) is not None:
+        if result is None or fork is not None:
             # In a repair fork the Repairer checks results itself: the tool's own output stays unannotated.
             return reply
         after = self._notify(safe_decision("after_result", lambda: self.guard.after_result(episode_id, action, result)))
@@ -561,7 +580,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[Any]],
     ) -> Any:
-        episode_id = self._episode(request.state, self._config_of(request))
+        config = self._config_of(request)
+        fork = self._fork_episode(config)
+        episode_id = self._episode(request.state, config, fork=fork)
         self._declare_one(episode_id, request.tool)
         action, problem = self._action(request)
         decision = self._notify(with_problem(
@@ -578,7 +599,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             raise
         _stamp_tool_latency(reply, time.perf_counter() - started)
         result = _result_from(reply)
-        if result is None or self._fork_episode(self._config_of(request)) is not None:
+        if result is None or fork is not None:
             # In a repair fork the Repairer checks results itself: the tool's own output stays unannotated.
             return reply
         after = self._notify(

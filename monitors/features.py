@@ -16,6 +16,7 @@ The hot path (`TelemetryStream.update`) serves the monitor's per-step budget (fe
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 import re
@@ -54,7 +55,10 @@ _UNSURE = -2.3  # log(0.1)
 _LOGPROB_FLOOR = 30.0  # a token logprob below -30 carries no more information; bound what a model can emit
 _ERRORISH = re.compile(r"(?i)\b(error|exception|traceback|unavailable|timed out|timeout|too many requests|"
                        r"rate limit|retry|failed|denied|not found)\b|\b(4\d\d|5\d\d)\b")
-_STATUS = re.compile(r"\b[45]\d\d\b")
+# An HTTP-like 4xx/5xx status as a whole word: `\b[45]\d\d\b`, written to start with its character class so the
+# regex engine skips ahead to a 4 or a 5 instead of testing a word boundary at every position (about half the
+# time on real results); `_status_in` first asks whether the text holds a 4 or a 5 at all (a C scan).
+_STATUS = re.compile(r"[45](?<!\w[45])\d\d(?!\w)")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _KNUTH = np.uint32(2654435761)  # multiplicative hash constant (Knuth): spreads adjacent 3-gram codes
 _LOW3 = np.uint32(0xFFFFFF)
@@ -64,28 +68,44 @@ def channel_dims(e_dim: int) -> dict[str, int]:
     return {"e": e_dim, "u": U_DIM, "m": M_DIM, "g": G_DIM}
 
 
-def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int) -> np.ndarray:
-    """Signed, L2-normalised bag of hashed character 3-grams over the UTF-8 bytes.
+def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Signed, L2-normalised bag of hashed character 3-grams over the UTF-8 bytes (written into `out` if given).
 
     Hot path: about eight numpy calls whatever the text length. The 3-gram codes come from one
     strided little-endian uint32 view of the bytes (each window's fourth byte masked off), so no
-    Python loop touches a character; the bucket and sign are the top bits of one multiplicative hash.
+    Python loop touches a character; the bucket and sign are the top bits of one multiplicative hash
+    (`shift` is 32 - log2(e_dim)). A text over `cap` bytes is hashed on its first 3/4 cap bytes and
+    its last 1/4 cap bytes, and only those characters are encoded (a tool step's text can hold a
+    20,000-character result).
     """
-    raw = text.encode("utf-8", "replace")
-    if len(raw) > cap:
-        # Keep head and tail: a tool step's call is at the head, its result's ending at the tail.
-        raw = raw[: cap - cap // 4] + raw[-(cap // 4):]
+    head, tail = cap - cap // 4, cap // 4
+    if len(text) > cap:  # more characters than cap: more bytes too; encode only the ends that are kept
+        raw = text[:head].encode("utf-8", "replace")[:head] + text[-tail:].encode("utf-8", "replace")[-tail:]
+    else:
+        raw = text.encode("utf-8", "replace")
+        if len(raw) > cap:
+            # Keep head and tail: a tool step's call is at the head, its result's ending at the tail.
+            raw = raw[:head] + raw[-tail:]
     n = len(raw) - 2
     if n < 1:
-        return np.zeros(e_dim)
+        if out is None:
+            return np.zeros(e_dim)
+        out[:] = 0.0
+        return out
     windows = np.ndarray((n,), dtype="<u4", buffer=raw + b"\0", offset=0, strides=(1,))
     hashed = windows & _LOW3
     hashed *= _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash (in place: no temporaries)
-    hashed >>= np.uint32(shift - 1)
+    hashed >>= shift - 1  # a Python int keeps the array's uint32 type
     counts = np.bincount(hashed, minlength=2 * e_dim)  # the bucket's top bit is the sign
     vec = counts[:e_dim] - counts[e_dim:]
     norm = math.sqrt(float(vec @ vec))
-    return vec / norm if norm > 0 else vec.astype(float)
+    if out is None:
+        return vec / norm if norm > 0 else vec.astype(float)
+    return np.divide(vec, norm if norm > 0 else 1.0, out=out)  # a zero vector stays zero
+
+
+def _status_in(text: str) -> bool:
+    return ("4" in text or "5" in text) and _STATUS.search(text) is not None
 
 
 def _bounded(value: float | int | None, cap: float = 1e9) -> float:
@@ -237,7 +257,7 @@ class TelemetryStream:
         tail: list[float] = []
         for name, sl in self._slices:
             if name == "e":
-                x[sl] = _hash_trigrams(text, tel.e_dim, self._shift, cap)
+                _hash_trigrams(text, tel.e_dim, self._shift, cap, out=x[sl])
                 start = sl.stop
             elif name == "u":
                 tail += self._uncertainty(step.token_logprobs)
@@ -254,16 +274,24 @@ class TelemetryStream:
         n = len(logprobs)
         if n == 0:
             return (0.0, 0.0, 0.0, 0.0)
-        # map() over C-level callables keeps the loops out of the interpreter (per-step budget).
+        # C-level calls only (per-step budget): one sort gives the lowest, the highest and, by bisection, the
+        # count under log(0.1); map() keeps the sum of squares out of the interpreter.
         mean = sum(logprobs) / n
-        low = min(logprobs)
-        if not (math.isfinite(mean) and low > -1e6 and max(logprobs) <= 0.0):
-            # Untrusted input: keep only real log-probabilities, bounded, rather than poison every score.
-            logprobs = [max(v, -_LOGPROB_FLOOR) for v in logprobs if math.isfinite(v) and v <= 0.0]
-            return TelemetryStream._uncertainty(logprobs) if logprobs else (0.0, 0.0, 0.0, 0.0)
+        if not math.isfinite(mean):  # a NaN or an infinity among them (a finite mean means none)
+            return TelemetryStream._cleaned_uncertainty(logprobs)
+        ordered = sorted(logprobs)
+        low = ordered[0]
+        if not (low > -1e6 and ordered[-1] <= 0.0):
+            return TelemetryStream._cleaned_uncertainty(logprobs)
         var = max(sum(map(operator.mul, logprobs, logprobs)) / n - mean * mean, 0.0)
-        unsure = sum(map(_UNSURE.__gt__, logprobs)) / n  # tokens with p < 0.1
+        unsure = bisect.bisect_left(ordered, _UNSURE) / n  # tokens with p < 0.1
         return (max(mean, -_LOGPROB_FLOOR), max(low, -_LOGPROB_FLOOR), min(math.sqrt(var), _LOGPROB_FLOOR), unsure)
+
+    @staticmethod
+    def _cleaned_uncertainty(logprobs: list[float]) -> tuple[float, float, float, float]:
+        # Untrusted input: keep only real log-probabilities, bounded, rather than poison every score.
+        kept = [max(v, -_LOGPROB_FLOOR) for v in logprobs if math.isfinite(v) and v <= 0.0]
+        return TelemetryStream._uncertainty(kept) if kept else (0.0, 0.0, 0.0, 0.0)
 
     def _metadata(self, step: Step, text: str, result: str) -> tuple[float, ...]:
         events = step.tool_events
@@ -318,7 +346,7 @@ class TelemetryStream:
             context_relevance,
             repeated,
             same_tool,
-            0.0 if not events or (_ERROR_WORDS.isdisjoint(text_words) and not _STATUS.search(result[:cap])) else 1.0,
+            0.0 if not events or (_ERROR_WORDS.isdisjoint(text_words) and not _status_in(result[:cap])) else 1.0,
             1.0 if stripped[:1] in ("{", "[") else 0.0,
             math.log1p(len(_NUMBER.findall(result[:cap]))),
             shape_surprisal,

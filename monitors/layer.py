@@ -22,6 +22,7 @@ class MonitorLayer(Layer):
     """
 
     name = "monitor"
+    offload = False  # short CPU work only: on the async path it runs on the loop (see Layer.offload)
 
     def __init__(self, model: StepMonitor | str | os.PathLike[str]) -> None:
         from monitors.model_file import load_monitor, monitor_sha256

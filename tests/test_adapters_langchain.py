@@ -300,3 +300,33 @@ def test_one_middleware_serves_concurrent_runs_as_separate_episodes(workspace, t
     for n in range(6):
         assert [s.kind for s in by_task[f"task {n}"].steps] == [StepKind.TOOL_CALL, StepKind.FINAL]
         assert by_task[f"task {n}"].answer == f"done {n}"
+
+
+def test_a_long_run_feeds_every_turn_once_in_order_even_when_old_messages_are_trimmed(workspace, tools):
+    """The middleware reads only the messages after the last turn it fed; a middleware that trims the history
+    (as summarization does) makes it scan again, never skip or repeat a turn."""
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.messages import RemoveMessage
+
+    class TrimHistory(AgentMiddleware):
+        def before_model(self, state, runtime):
+            messages = state["messages"]
+            if len(messages) > 12:  # keep the task and the last ten messages
+                return {"messages": [RemoveMessage(id=m.id) for m in messages[1:-10]]}
+            return None
+
+    tool_list, executed = tools
+    recorder = Recorder()
+    for middleware in ([GuardMiddleware(Guard([recorder]))], [TrimHistory(), GuardMiddleware(Guard([recorder]))]):
+        recorder.steps.clear()
+        turns = [call("read_file", f"c{i}", path=str(workspace / "notes.txt")) for i in range(40)]
+        agent = create_agent(scripted(*turns, AIMessage(content="noon")), tool_list, middleware=middleware,
+                             checkpointer=InMemorySaver())
+        out = run(agent, thread=f"long-{len(middleware)}")
+
+        assert out["guardrail_verdict"] == "allow"
+        assert [s.index for s in recorder.steps] == list(range(41))
+        assert [s.tool_events[0].id for s in recorder.steps[:40]] == [f"c{i}" for i in range(40)]
+        assert all(s.tool_events[0].result == "the meeting is at noon" for s in recorder.steps[:40])
+        assert recorder.steps[-1].kind is StepKind.FINAL and recorder.steps[-1].text == "noon"
+    assert len(executed) == 80

@@ -63,6 +63,44 @@ def test_text_beyond_the_cap_is_not_hashed() -> None:
                           _hash_trigrams(head + "B" * 10 + "y" * 2000, 32, 27, 1024))
 
 
+def _reference_hash(text: str, cap: int) -> np.ndarray:
+    """The hash as first written: encode everything, then keep the first 3/4 cap and last 1/4 cap bytes."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) > cap:
+        raw = raw[: cap - cap // 4] + raw[-(cap // 4):]
+    codes = np.frombuffer(raw, dtype=np.uint8).astype(np.uint32)
+    grams = codes[:-2] | (codes[1:-1] << 8) | (codes[2:] << 16)
+    buckets = (grams * np.uint32(2654435761)) >> np.uint32(26)
+    counts = np.bincount(buckets, minlength=64)
+    vec = counts[:32] - counts[32:]
+    norm = float(np.linalg.norm(vec))
+    return vec / norm if norm else vec.astype(float)
+
+
+@pytest.mark.parametrize("text", ["", "ab", "lookup_flight -> $370", "é" * 700, "ü€" * 400 + "x" * 3000,
+                                  "x" * 1023 + "\ud800" + "y" * 5, "\ud800" * 2000, "a" * 1025, "z€" * 20_000])
+def test_long_texts_encode_only_the_ends_they_keep_and_hash_the_same(text: str) -> None:
+    out = np.empty(32)
+    hashed = _hash_trigrams(text, 32, 27, 1024, out=out)
+    assert hashed is out
+    assert np.array_equal(out, _reference_hash(text, 1024))
+    assert np.array_equal(_hash_trigrams(text, 32, 27, 1024), out)
+
+
+def test_uncertainty_of_hostile_logprobs_keeps_the_real_ones() -> None:
+    from monitors.features import TelemetryStream
+
+    clean = [-0.1, -3.0, -0.5, -2.3, -40.0]
+    mean = sum(clean) / 5
+    var = sum(v * v for v in clean) / 5 - mean * mean
+    assert TelemetryStream._uncertainty(clean) == pytest.approx((mean, -30.0, math.sqrt(var), 2 / 5))
+    # NaN, infinities and positive values are dropped, and what is left is bounded.
+    hostile = [float("nan"), -0.1, float("-inf"), 3.0, -0.5, float("inf")]
+    assert TelemetryStream._uncertainty(hostile) == TelemetryStream._uncertainty([-0.1, -0.5])
+    assert TelemetryStream._uncertainty([-1e9, -0.2]) == TelemetryStream._uncertainty([-30.0, -0.2])
+    assert TelemetryStream._uncertainty([float("nan")]) == (0.0, 0.0, 0.0, 0.0)
+
+
 def test_grounding_flags_repeated_calls_and_irrelevant_results() -> None:
     telemetry = Telemetry().fit([_episode(i, logprobs=False) for i in range(4)])
     g = telemetry.slices_["g"]
@@ -167,3 +205,12 @@ def test_featurizer_survives_any_step(text: str, args: object, result: str | Non
         x = stream.update(step)
         assert x.shape == (telemetry.dim_,)
         assert np.isfinite(x).all()
+
+
+@given(st.text(alphabet="45 0123x_é٤٥\n-(", max_size=14))
+def test_the_status_scan_finds_what_the_word_boundary_pattern_finds(text: str) -> None:
+    import re
+
+    from monitors.features import _status_in
+
+    assert _status_in(text) == bool(re.search(r"\b[45]\d\d\b", text))

@@ -46,6 +46,7 @@ class VerifierLayer(Layer):
     """
 
     name = "verifier"
+    offload = False  # short CPU work only: on the async path it runs on the loop (see Layer.offload)
 
     def __init__(self, spec: VerifierSpec | str | os.PathLike[str],
                  contracts: Mapping[str, Contract] | None = None) -> None:

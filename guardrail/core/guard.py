@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
@@ -57,10 +62,12 @@ class Guard:
     only when ``capture_content=True``, and then redacted and capped; without it a span says
     which checks fired and the exception type, never what the agent sent or got back.
 
-    The async hooks (``abefore_action``...) never run a layer's synchronous work on the event
+    The async hooks (``abefore_action``...) never run a layer's blocking work on the event
     loop: a layer that overrides an async twin is awaited there (it promised not to block),
     and every run of consecutive sync-only layers goes to a worker thread in one hop, so gate
-    probes and monitor maths leave the loop free. ``offload=False`` runs them inline instead.
+    probes leave the loop free. A layer marked ``offload = False`` (only short CPU work: the
+    step monitor, the verifiers) runs on the loop, where it costs less than the hop.
+    ``offload=False`` runs every sync layer inline.
     """
 
     def __init__(
@@ -103,9 +110,15 @@ class Guard:
             hook: [layer for layer in self.layers if layer.implements(hook)]
             for hook in ("before_action", "after_result", "on_step", "on_finish")
         }
-        # The async path: each hook's layers cut into runs of (native async?, layers), in pipeline order.
-        self._async_runs: dict[str, list[tuple[bool, list[Layer]]]] = {
+        # The async path: each hook's layers cut into runs of (how they run, layers), in pipeline order.
+        self._async_runs: dict[str, list[tuple[str, list[Layer]]]] = {
             hook: _async_runs(layers, hook) for hook, layers in self._by_hook.items()
+        }
+        # Span names and each (layer, hook)'s constant attributes, built once (the hot path copies them).
+        self._span_names = {id(layer): f"guardrail.{layer.name}" for layer in self.layers}
+        self._span_constants = {
+            (id(layer), hook): {tm.GUARDRAIL_LAYER: layer.name, tm.GUARDRAIL_HOOK: hook, tm.GUARDRAIL_MODE: mode}
+            for layer in self.layers for hook in ("before_action", "after_result", "on_step", "on_finish")
         }
 
     # ----------------------------------------------------------------- episodes
@@ -316,25 +329,24 @@ class Guard:
 
     def _open_span(self, hook: Hook, layer: Layer, ctx: EpisodeContext, action: Action | None,
                    content: tuple[str | None, str | None]) -> Span:
-        span = self._tracer.start_span(f"guardrail.{layer.name}")
-        if span.is_recording():
-            span.set_attribute(tm.GUARDRAIL_LAYER, layer.name)
-            span.set_attribute(tm.GUARDRAIL_HOOK, hook)
-            span.set_attribute(tm.GUARDRAIL_MODE, self.mode)
-            span.set_attribute(tm.GEN_AI_CONVERSATION_ID, ctx.episode_id)
-            span.set_attribute(tm.GUARDRAIL_STEP, ctx.step_index)
-            if action is not None:
-                span.set_attribute(tm.GEN_AI_OPERATION_NAME, "execute_tool")
-                span.set_attribute(tm.GEN_AI_TOOL_NAME, action.tool or action.kind.value)
-                if action.call_id:
-                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ID, action.call_id)
-                if content[0] is not None:
-                    span.set_attribute(tm.GEN_AI_TOOL_CALL_ARGUMENTS, content[0])
-            else:
-                span.set_attribute(tm.GEN_AI_OPERATION_NAME, "invoke_agent")
-            if content[1] is not None:
-                span.set_attribute(tm.GEN_AI_TOOL_CALL_RESULT, content[1])
-        return span
+        # Every attribute goes in at the start, in one dict: one bounded-attributes build instead of a locked
+        # set_attribute call each (spans are most of the Guard's own per-step cost), and samplers and
+        # processors' on_start see them.
+        attributes: dict[str, Any] = self._span_constants[(id(layer), hook)].copy()
+        attributes[tm.GEN_AI_CONVERSATION_ID] = ctx.episode_id
+        attributes[tm.GUARDRAIL_STEP] = ctx.step_index
+        if action is not None:
+            attributes[tm.GEN_AI_OPERATION_NAME] = "execute_tool"
+            attributes[tm.GEN_AI_TOOL_NAME] = action.tool or action.kind.value
+            if action.call_id:
+                attributes[tm.GEN_AI_TOOL_CALL_ID] = action.call_id
+            if content[0] is not None:
+                attributes[tm.GEN_AI_TOOL_CALL_ARGUMENTS] = content[0]
+        else:
+            attributes[tm.GEN_AI_OPERATION_NAME] = "invoke_agent"
+        if content[1] is not None:
+            attributes[tm.GEN_AI_TOOL_CALL_RESULT] = content[1]
+        return self._tracer.start_span(self._span_names[id(layer)], attributes=attributes)
 
     def _internal_error(self, layer: Layer, hook: Hook, exc: BaseException, ctx: EpisodeContext) -> Finding:
         return Finding(
@@ -367,12 +379,13 @@ class Guard:
     def _annotate_span(self, span: Span, hook: Hook, findings: list[Finding], score: float | None,
                        exc: BaseException | None) -> None:
         if span.is_recording():
-            span.set_attribute(tm.GUARDRAIL_DECISION, self._decide(hook, findings).value)
-            span.set_attribute(tm.GUARDRAIL_FINDING_COUNT, len(findings))
+            attributes: dict[str, Any] = {tm.GUARDRAIL_DECISION: self._decide(hook, findings).value,
+                                          tm.GUARDRAIL_FINDING_COUNT: len(findings)}
             if findings:
-                span.set_attribute(tm.GUARDRAIL_FINDINGS, json.dumps([self._finding_attribute(f) for f in findings]))
+                attributes[tm.GUARDRAIL_FINDINGS] = json.dumps([self._finding_attribute(f) for f in findings])
             if score is not None:
-                span.set_attribute(tm.GUARDRAIL_SCORE, float(score))
+                attributes[tm.GUARDRAIL_SCORE] = float(score)
+            span.set_attributes(attributes)  # one lock round, not one per attribute
             if exc is not None:
                 tm.record_error(span, exc, capture_content=self.capture_content)
         span.end()
@@ -402,12 +415,16 @@ class Guard:
             span = self._start_span(hook, layer, ctx, action, content)
             error: BaseException | None = None
             started = time.perf_counter()
-            with trace.use_span(span, end_on_exit=False):
-                try:
-                    findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
-                except Exception as exc:  # fail-open: a broken layer never breaks the agent
-                    error = exc
-                    findings = [self._internal_error(layer, hook, exc, ctx)]
+            # The layer's span is current while it runs (its own spans nest under it); attach/detach is what
+            # trace.use_span does, without its generator-based context manager on the hot path.
+            token = _attach(span)
+            try:
+                findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
+            except Exception as exc:  # fail-open: a broken layer never breaks the agent
+                error = exc
+                findings = [self._internal_error(layer, hook, exc, ctx)]
+            finally:
+                _detach(token)
             self._settle(hook, layer, ctx, span, findings, error, collected, scores, started)
 
     def _run_layers_locked(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
@@ -423,25 +440,29 @@ class Guard:
         collected: list[Finding] = []
         scores: list[float] = []
         content = self._content(action, result) if self._by_hook[hook] else (None, None)
-        for native, layers in self._async_runs[hook]:
-            if not native:
-                if self.offload:
-                    # One hop for the whole run of sync layers; to_thread carries the context (the current span).
-                    await asyncio.to_thread(self._run_layers_locked, layers, hook, ctx, args, action, content,
-                                            collected, scores)
-                else:
-                    self._run_layers(layers, hook, ctx, args, action, content, collected, scores)
+        for how, layers in self._async_runs[hook]:
+            if how == "thread" and self.offload:
+                # One hop for the whole run of sync layers, carrying the context (the current span).
+                await _in_thread(self._run_layers_locked, layers, hook, ctx, args, action, content, collected,
+                                 scores)
+                continue
+            if how != "native":
+                # On the loop: never interleaved with another hook's layers run here (no await inside), and
+                # no wait on the episode's lock, which a worker thread may hold.
+                self._run_layers(layers, hook, ctx, args, action, content, collected, scores)
                 continue
             for layer in layers:
                 span = self._start_span(hook, layer, ctx, action, content)
                 error: BaseException | None = None
                 started = time.perf_counter()
-                with trace.use_span(span, end_on_exit=False):
-                    try:
-                        findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
-                    except Exception as exc:  # fail-open, as in the sync path
-                        error = exc
-                        findings = [self._internal_error(layer, hook, exc, ctx)]
+                token = _attach(span)
+                try:
+                    findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
+                except Exception as exc:  # fail-open, as in the sync path
+                    error = exc
+                    findings = [self._internal_error(layer, hook, exc, ctx)]
+                finally:
+                    _detach(token)
                 self._settle(hook, layer, ctx, span, findings, error, collected, scores, started)
         return self._conclude(hook, ctx, collected, scores, action)
 
@@ -465,6 +486,8 @@ class Guard:
         if findings:
             with ctx.lock:
                 ctx.findings.extend(findings)
+        # Validated construction, not model_construct: pydantic-core's validation of five fields is faster than
+        # model_construct's Python loop over them.
         decision = Decision(
             verdict=self._decide(hook, findings),
             hook=hook,
@@ -496,13 +519,53 @@ class Guard:
         return Verdict.WARN
 
 
-def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[bool, list[Layer]]]:
-    """`layers` cut into maximal runs of the same kind: (True, ...) override the async twin, (False, ...) do not."""
-    runs: list[tuple[bool, list[Layer]]] = []
+def _attach(span: Span) -> object | None:
+    try:
+        return otel_context.attach(trace.set_span_in_context(span))
+    except Exception:  # telemetry is never a reason to fail the agent: run the layer outside the span
+        _log.exception("guardrail: making a span current failed")
+        return None
+
+
+def _detach(token: object | None) -> None:
+    if token is not None:
+        otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
+
+
+def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[str, list[Layer]]]:
+    """`layers` cut into maximal runs of one way of running: ``native`` (the async twin, awaited on the loop),
+    ``thread`` (sync hooks, in a worker thread) or ``inline`` (sync hooks of a layer with ``offload = False``)."""
+    runs: list[tuple[str, list[Layer]]] = []
     for layer in layers:
-        native = layer.has_async_hook(hook)
-        if runs and runs[-1][0] == native:
+        how = "native" if layer.has_async_hook(hook) else "thread" if layer.offload else "inline"
+        if runs and runs[-1][0] == how:
             runs[-1][1].append(layer)
         else:
-            runs.append((native, [layer]))
+            runs.append((how, [layer]))
     return runs
+
+
+# The worker threads of the async path: one pool for the process, kept across event loops (each asyncio.run
+# would otherwise start and join its own default executor's threads), made anew in a forked child (a pool's
+# threads do not survive a fork).
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    pid = os.getpid()
+    pool = _POOL
+    if pool is None or pool[0] != pid:
+        with _POOL_LOCK:
+            if _POOL is None or _POOL[0] != pid:
+                _POOL = (pid, ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
+                                                 thread_name_prefix="guardrail-layers"))
+            pool = _POOL
+    return pool[1]
+
+
+async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
+    """`asyncio.to_thread` on the Guard's own pool: `func(*args)` in a worker, in a copy of this context."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_pool(), functools.partial(context.run, func, *args))

@@ -28,6 +28,11 @@ class Layer:
     """
 
     name: ClassVar[str] = "layer"
+    # On the Guard's async path a layer's sync hooks run in a worker thread, so one that waits on I/O (a
+    # filesystem probe, a sandbox, a server) never holds the event loop. A layer whose hooks are only short,
+    # bounded CPU work sets this False: they then run on the loop, since the thread hop costs more than the
+    # work and, under the GIL, CPU-bound Python holds the loop either way.
+    offload: ClassVar[bool] = True
 
     def new_state(self, ctx: EpisodeContext) -> Any:
         """Per-episode state for this layer (None when the layer keeps none)."""
