@@ -221,3 +221,30 @@ def test_scale_bench_reports_each_configuration_with_the_equality_check(user_clu
     for row in rows:
         assert list(row)[:5] == ["engine", "workers", "episodes", "episodes_per_s", "equal_to_local"]
         assert row["episodes"] == expected and row["equal_to_local"] is True and row["episodes_per_s"] > 0
+
+
+def test_a_fleets_store_is_fitted_on_the_cluster_as_it_is_locally(user_cluster, small_corpus, tmp_path):
+    import json
+
+    from guardrail.core.cli import main
+    from guardrail.core.corpus import read_corpus
+    from guardrail.core.runstore import open_store, write_episodes
+
+    store = f"sqlite:///{tmp_path}/fleet.db"
+    episodes = read_corpus(small_corpus).episodes
+    write_episodes(store, episodes)
+    healthy = [e.episode_id for e in episodes if e.is_healthy]
+    assert healthy and open_store(store).set_labels({i: "healthy" for i in healthy}) == []
+
+    local, remote = tmp_path / "local.json", tmp_path / "dask.json"
+    assert main(["fit-spec", store, "-o", str(local)]) in (0, 1)
+    assert main(["fit-spec", store, "-o", str(remote), "--engine", "dask",
+                 "--address", user_cluster.scheduler_address]) in (0, 1)
+    local_spec, remote_spec = json.loads(local.read_text()), json.loads(remote.read_text())
+    for spec in (local_spec, remote_spec):  # they say how many episodes were given: the cluster reads the healthy ones
+        spec.pop("description", None)
+        spec["fitted"].pop("messages", None)
+    assert remote_spec == local_spec
+    model = tmp_path / "fleet.npz"
+    assert main(["fit", store, "-o", str(model), "--quiet", "--engine", "dask",
+                 "--address", user_cluster.scheduler_address]) == 0

@@ -8,12 +8,16 @@ import sys
 from pathlib import Path
 
 from guardrail.core.cliutil import Command, emit_json, print_table
-from guardrail.core.corpus import CorpusError, read_corpus
-from guardrail.core.events import Episode
+from guardrail.core.corpus import CorpusError, read_corpus, read_episodes
+from guardrail.core.engine import add_engine_arguments, engine_from_args
+from guardrail.core.events import HEALTHY, Episode
+from guardrail.core.runstore import StoreError, absolute_location, is_store_url, open_store
 from verifiers.fit import DEFAULT_MAX_CHANCE, DEFAULT_MIN_SUPPORT, DEFAULT_SUPPORT, FitResult, fit_spec_report
 from verifiers.spec import dump_spec
 
-__all__ = ["FIT_SPEC", "read_labels"]
+__all__ = ["FIT_SPEC", "read_labels", "read_shard"]
+
+SHARD_SIZE = 64  # episodes a worker reads from a store per unit of work
 
 
 def read_labels(path: Path) -> dict[str, str]:
@@ -45,6 +49,7 @@ def _add(parser: argparse.ArgumentParser) -> None:
                              f"listed by id (default {DEFAULT_SUPPORT})")
     parser.add_argument("--name", default="fitted", help="the spec's name (variants are named after it)")
     parser.add_argument("--json", action="store_true", help="print the per-family report as one JSON object")
+    add_engine_arguments(parser)
 
 
 def _report(result: FitResult, output: Path, as_json: bool) -> None:
@@ -70,6 +75,20 @@ def _report(result: FitResult, output: Path, as_json: bool) -> None:
     print(f"\nwrote {output}")
 
 
+def read_shard(shard: dict[str, object]) -> list[dict[str, object]]:
+    """One shard of a store's episodes as JSON (top-level and JSON in, JSON out, so any engine can run it)."""
+    return [e.model_dump(mode="json") for e in read_episodes(str(shard["corpus"]), list(shard["ids"]))]  # type: ignore[call-overload]
+
+
+def _store_episodes(path: str, engine: object, labelled: bool) -> list[Episode]:
+    """A store's episodes read by the engine's workers: only the healthy ones unless a labels file decides."""
+    with open_store(path, create=False) as store:
+        ids = [s.episode_id for s in store.summaries() if labelled or s.label == HEALTHY]
+    where = absolute_location(path)
+    shards = [{"corpus": where, "ids": ids[i:i + SHARD_SIZE]} for i in range(0, len(ids), SHARD_SIZE)]
+    return [Episode.model_validate(e) for rows in engine.map(read_shard, shards) for e in rows]  # type: ignore[attr-defined]
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         labels = read_labels(args.labels) if args.labels else None
@@ -78,21 +97,31 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     episodes: list[Episode] = []
     problems = 0
+    distributed = (getattr(args, "engine", "local") or "local") != "local"
+    engine = engine_from_args(args) if distributed else None
     for path in args.corpus:
         try:
-            corpus = read_corpus(path)
-        except CorpusError as exc:
+            if engine is not None and is_store_url(path):  # a fleet's store, read on the cluster
+                corpus_episodes = _store_episodes(path, engine, labelled=labels is not None)
+            else:
+                corpus = read_corpus(path)
+                corpus_episodes = corpus.episodes
+                for issue in corpus.issues:
+                    problems += 1
+                    sys.stderr.write(f"guardrail fit-spec: problem reading the corpus: {issue}\n")
+        except (CorpusError, StoreError) as exc:
             sys.stderr.write(f"guardrail fit-spec: {exc}\n")
+            if engine is not None:
+                engine.close()
             return 2
-        for issue in corpus.issues:
-            problems += 1
-            sys.stderr.write(f"guardrail fit-spec: problem reading the corpus: {issue}\n")
-        for episode in corpus.episodes:
+        for episode in corpus_episodes:
             if labels is not None:
                 if episode.episode_id not in labels:
                     continue  # an unlabelled episode is not known to be healthy
                 episode = episode.model_copy(update={"label": labels[episode.episode_id]})
             episodes.append(episode)
+    if engine is not None:
+        engine.close()
     if not 0.5 <= args.support <= 1.0:
         sys.stderr.write(f"guardrail fit-spec: --support must be between 0.5 and 1, got {args.support}\n")
         return 2
