@@ -2,7 +2,9 @@
 
 ``monitor = StepMonitor().fit(healthy_train).calibrate(healthy_val)``; then per episode
 ``stream = monitor.start()`` and ``score = stream.update(step)`` (constant time per step);
-``stream.alarm_step`` is the first step whose score crossed ``threshold_``.
+``stream.alarm_step`` is the first step whose score crossed ``threshold_``, ``stream.onset_step``
+the step where the departure behind that crossing began (a CUSUM's change point; see
+`monitors.hybrid.HybridStream.onset`), never after it.
 """
 
 from __future__ import annotations
@@ -184,13 +186,14 @@ class StepMonitor:
 class MonitorStream:
     """One episode: featurize the step once, score it with every detector, fuse, compare with the threshold."""
 
-    __slots__ = ("_features", "_scores", "_threshold", "alarm_step", "last_score", "_t")
+    __slots__ = ("_features", "_scores", "_threshold", "alarm_step", "onset_step", "last_score", "_t")
 
     def __init__(self, monitor: StepMonitor, task: str | None = None) -> None:
         self._features: TelemetryStream = monitor.telemetry_.start(task)
         self._scores: HybridStream = monitor.hybrid_.start()
         self._threshold = monitor.threshold_
         self.alarm_step: int | None = None
+        self.onset_step: int | None = None  # where the departure behind the alarm began (set with alarm_step)
         self.last_score = float("-inf")
         self._t = 0
 
@@ -198,6 +201,7 @@ class MonitorStream:
         score = self._scores.update(self._features.update(step))
         if self.alarm_step is None and score > self._threshold:
             self.alarm_step = self._t
+            self.onset_step = min(self._scores.onset(), self._t)
         self._t += 1
         self.last_score = score
         return score

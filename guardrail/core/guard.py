@@ -27,11 +27,15 @@ from guardrail.core.events import (
 )
 from guardrail.core.layer import EpisodeContext, Layer
 
-__all__ = ["Guard", "GuardError", "Mode"]
+__all__ = ["ON_ALARM", "Guard", "GuardError", "Mode", "OnAlarm"]
 
 _log = logging.getLogger("guardrail")
 
 Mode = Literal["report", "intervene"]
+OnAlarm = Literal["warn", "stop", "repair"]
+ON_ALARM: tuple[OnAlarm, ...] = ("warn", "stop", "repair")
+# Verdicts ranked by how much they ask of the adapter, for "at least" (the end-of-run alarm policy).
+_RANK = {Verdict.ALLOW: 0, Verdict.WARN: 1, Verdict.ALARM: 2, Verdict.REPAIR: 3, Verdict.BLOCK: 4}
 Hook = Literal["before_action", "after_result", "on_step", "on_finish"]
 
 
@@ -56,6 +60,13 @@ class Guard:
     loop: a layer that overrides an async twin is awaited there (it promised not to block),
     and every run of consecutive sync-only layers goes to a worker thread in one hop, so gate
     probes and monitor maths leave the loop free. ``offload=False`` runs them inline instead.
+
+    ``on_alarm`` is what a step-monitor alarm (a finding of severity ``alarm``) does to the run,
+    read by every adapter: ``"warn"`` (default) lets it go on and makes the end-of-run verdict at
+    least ``warn``; ``"stop"`` ends the run at the alarm (the end-of-run verdict is at least
+    ``alarm``); ``"repair"`` in intervene mode also ends it there and makes the end-of-run verdict
+    ``repair``, so the adapter's repair (rollback to before the alarm's onset) runs; in report mode
+    it is ``alarm``. The end-of-run decision lists the alarms it was raised for.
     """
 
     def __init__(
@@ -67,15 +78,19 @@ class Guard:
         capture_content: bool = False,
         tracer: trace.Tracer | None = None,
         offload: bool = True,
+        on_alarm: OnAlarm = "warn",
     ) -> None:
         if mode not in ("report", "intervene"):
             raise GuardError(f"mode must be 'report' or 'intervene', got {mode!r}")
+        if on_alarm not in ON_ALARM:
+            raise GuardError(f"on_alarm must be one of {list(ON_ALARM)}, got {on_alarm!r}")
         names = [layer.name for layer in layers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise GuardError(f"two layers share the name {duplicates}: give each layer a distinct name")
         self.layers: list[Layer] = list(layers)
         self.mode: Mode = mode
+        self.on_alarm: OnAlarm = on_alarm
         self.fail_closed = fail_closed
         self.capture_content = capture_content
         self.offload = offload
@@ -92,6 +107,16 @@ class Guard:
         self._async_runs: dict[str, list[tuple[bool, list[Layer]]]] = {
             hook: _async_runs(layers, hook) for hook, layers in self._by_hook.items()
         }
+
+    @property
+    def stops_on_alarm(self) -> bool:
+        """Whether an alarm ends the run where it fires (``on_alarm="stop"``, or ``"repair"`` in intervene mode)."""
+        return self.on_alarm == "stop" or (self.on_alarm == "repair" and self.mode == "intervene")
+
+    @property
+    def repairs_alarms(self) -> bool:
+        """Whether an alarm asks for repair (``on_alarm="repair"`` in intervene mode)."""
+        return self.on_alarm == "repair" and self.mode == "intervene"
 
     # ----------------------------------------------------------------- episodes
     def start_episode(
@@ -360,15 +385,27 @@ class Guard:
 
     def _conclude(self, hook: Hook, ctx: EpisodeContext, findings: list[Finding],
                   scores: list[float]) -> Decision:
-        if findings:
-            with ctx.lock:
-                ctx.findings.extend(findings)
+        with ctx.lock:
+            earlier = [f for f in ctx.findings if f.severity is Severity.ALARM] if hook == "on_finish" else []
+            ctx.findings.extend(findings)
+        verdict = self._decide(hook, findings)
+        if earlier:
+            # The run alarmed: its end-of-run verdict says so, per the alarm policy, and names the alarms.
+            policy = self._alarm_verdict()
+            if _RANK[policy] > _RANK[verdict]:
+                verdict = policy
+            findings = earlier + findings
         return Decision(
-            verdict=self._decide(hook, findings),
+            verdict=verdict,
             hook=hook,
             findings=findings,
             score=max(scores) if scores else None,
         )
+
+    def _alarm_verdict(self) -> Verdict:
+        if self.on_alarm == "warn":
+            return Verdict.WARN
+        return Verdict.REPAIR if self.repairs_alarms else Verdict.ALARM
 
     def _decide(self, hook: Hook, findings: list[Finding]) -> Verdict:
         if not findings:
