@@ -176,7 +176,8 @@ def default_guard(
     (or ``repair=True``) the repairer (``repair_options`` go to `repair.Repairer`: rung, breaker,
     max_attempts...). ``disable`` switches layers off by name. Asking for a layer whose package
     cannot load raises `LayerUnavailable` saying which; other keyword arguments go to the Guard
-    (``fail_closed``, ``capture_content``, ``tracer``, ``offload``).
+    (``on_alarm``: what a monitor alarm does, ``"warn"`` | ``"stop"`` | ``"repair"``, read by every
+    adapter; ``fail_closed``, ``capture_content``, ``tracer``, ``offload``).
     """
     off = _disabled(disable)
     make = cls or Guard
@@ -189,7 +190,9 @@ def default_guard(
     guard = make(layers, mode=mode, **guard_options)
     if isinstance(guard, Guard):
         guard.sampling = sampling
-        wants_repair = repair if repair is not None else checkpointer is not None
+        # on_alarm="repair" asks for the repairer as a checkpointer does (the adapters' inline repair runs it).
+        wants_repair = repair if repair is not None else (checkpointer is not None
+                                                          or guard_options.get("on_alarm") == "repair")
         if wants_repair and "repair" not in off:
             try:
                 from repair.repairer import Repairer
