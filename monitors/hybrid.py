@@ -97,6 +97,7 @@ class Hybrid:
                         perturbed_max[j, k] = _max(score_sequence(fold_detector, seq))
             self.detectors_.append(detector.fit(healthy, slices))
         healthy_max = np.array([[_max(scores) for scores in row] for row in oof]).reshape(n, len(self.components))
+        self.oof_component_maxima_ = healthy_max  # (n, k): each component's out-of-fold maximum per episode
         self.calibrators_ = [RobustZ().fit(healthy_max[:, k]) for k in range(len(self.components))]
         self.tails_ = ([TailEvidence().fit(healthy_max[:, k]) for k in range(len(self.components))]
                        if self.fusion == "fisher" else [])

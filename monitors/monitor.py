@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from guardrail.core.events import Episode, Step
+from monitors.budget import BudgetCheck, check_budget
 from monitors.calibration import CALIBRATION_METHODS, Calibration, conformal_threshold
 from monitors.features import Telemetry, TelemetryStream
 from monitors.hybrid import Hybrid, HybridStream
@@ -130,6 +131,7 @@ class StepMonitor:
                               n_folds=self.n_folds, random_state=self.random_state)
         self.hybrid_.fit(features, self.telemetry_.slices_, perturbed)
         self.n_train_ = len(features)
+        self.train_lengths_ = [len(f) for f in features]
         self.threshold_ = float("inf")  # "split": no alarms until calibrated on healthy validation episodes
         self.calibration_: Calibration | None = None
         self._weak_calibration: str | None = None
@@ -140,6 +142,30 @@ class StepMonitor:
             # Said when the threshold is first used, not here: a `calibrate` that follows replaces it.
             self._weak_calibration = str(caught[0].message) if caught else None
         return self
+
+    def check_budget(self, healthy: Sequence[Episode]) -> BudgetCheck:
+        """Whether the false-alarm budget will hold on later and on longer runs (`monitors.budget`).
+
+        `healthy` are the episodes this monitor was fitted on, in the order they were recorded (as given
+        to `fit`). The time check refits this configuration on each prefix of them (telemetry lexicon
+        included) and counts alarms on the runs that follow; the length check reads the fitted model's own
+        out-of-fold maxima.
+        """
+        usable = [e for e in healthy if e.steps]
+        if not hasattr(self, "hybrid_") or len(usable) != self.n_train_:
+            raise ValueError("check_budget takes the healthy episodes the monitor was fitted on, in the same order")
+        params = {k: v for k, v in self.get_params().items() if k != "telemetry"}
+
+        def forward(cut: int, end: int) -> tuple[int, int]:
+            prefix = StepMonitor(**{**params, "calibration": "crossfit"}, telemetry=self.telemetry)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a short prefix's small-n warning: the check reports rates
+                prefix.fit(usable[:cut])
+                later = [prefix.score_episode(e).alarm_step is not None for e in usable[cut:end]]
+            return sum(later), len(later)
+
+        return check_budget(self.train_lengths_, self.hybrid_.oof_maxima_, self.hybrid_.oof_component_maxima_,
+                            self.components, self.threshold_, self.beta, forward)
 
     def calibrate(self, healthy_val: Sequence[Episode], beta: float | None = None) -> StepMonitor:
         """Split-conformal threshold from held-out healthy validation episodes (replaces a cross-fit one)."""

@@ -75,7 +75,7 @@ def describe_attempts(attempts: Sequence[RepairAttempt]) -> str:
             body = f"rung not applicable: {_short(a.error)}"
         else:
             failed = "; ".join(f"{f.layer}/{f.check}" + (f" at step {f.step}" if f.step is not None else "")
-                               + f": {_short(f.message)}" for f in a.findings[:3])
+                               + f": {_short(f.message).rstrip('.')}" for f in a.findings[:3])
             if a.outcome == "halted":
                 body = "halted by the circuit breaker" + (f" (still failing {failed})" if failed else "")
             else:
@@ -294,7 +294,8 @@ class RepairSession:
             told = trip.message if trip else "repair ended by the circuit breaker"
             escalation = Escalation(episode_id=self.episode_id, reason=reason,  # type: ignore[arg-type]
                                     message=f"{told}\n{describe_attempts(self.attempts)}".strip()[:4000],
-                                    step=trip.step if trip else self.flagged, findings=self.current,
+                                    step=trip.step if trip and trip.step is not None else self.flagged,
+                                    findings=self.current,
                                     attempts=len(self.attempts))
         else:
             outcome = "unrepaired"
