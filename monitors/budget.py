@@ -128,6 +128,7 @@ def check_budget(lengths: Sequence[int], oof_maxima: np.ndarray, component_maxim
             floor += 1
             longest = lengths_arr >= floor
         if longest.sum() < n:  # all runs the same length: nothing to compare
+            floor = int(lengths_arr[longest].min())
             check.long_min_steps = floor
             check.long_runs = int(longest.sum())
             check.long_alarms = int((oof_maxima[longest] > threshold).sum())

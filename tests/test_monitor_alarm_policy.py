@@ -43,7 +43,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from adapters.autogen import AutoGenGuard
 from adapters.autogen_repair import arun_autogen_team
 from guardrail import Guard
-from guardrail.core.events import Episode, Severity
+from guardrail.core.events import Episode, Finding, Severity, Step, StepKind
+from guardrail.core.guard import GuardError
 from guardrail.core.layer import EpisodeContext, Layer
 from monitors.monitor import StepMonitor
 
@@ -274,3 +275,173 @@ def monitor() -> StepMonitor:
 
 
 FAULTY = task_text(["SKU-1002", "SKU-1005"], [FAULTY_TOPIC])
+LG_CONFIG = {"recursion_limit": 60}
+
+
+def run_langgraph(guard: Guard, *, follows_hints: bool = True, thread: str = "faulty") -> dict[str, Any]:
+    agent = langgraph_agent(guard, follows_hints=follows_hints)
+    return agent.invoke({"messages": [HumanMessage(FAULTY)]}, {"configurable": {"thread_id": thread}, **LG_CONFIG})
+
+
+def alarm_of(findings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    alarms = [f for f in findings if f.get("severity") == "alarm"]
+    assert len(alarms) == 1, findings  # one alarm, listed once (the end-of-run decision repeats it, not the state)
+    return alarms[0]
+
+
+# ----------------------------------------------------------------------------- LangChain / LangGraph
+def test_the_fitted_monitor_stays_quiet_on_healthy_runs_and_alarms_after_the_odd_note(monitor: StepMonitor) -> None:
+    guard = Guard.default(model=monitor)
+    for i, task in enumerate(healthy_tasks(8, seed=99)):
+        state = langgraph_agent(guard).invoke({"messages": [HumanMessage(task)]}, {"configurable": {"thread_id": f"t{i}"}})
+        assert state["guardrail_verdict"] == "allow", state["guardrail_findings"]
+    state = run_langgraph(guard)
+    alarm = alarm_of(state["guardrail_findings"])
+    # The first odd note (step 1) stays under the threshold; the alarm fires on the next part, and marks step 1
+    # as where the departure began (the novelty CUSUM's change point).
+    assert alarm["step"] == 2 and alarm["evidence"]["onset_step"] == 1
+
+
+def test_default_policy_lets_the_run_finish_and_the_end_of_run_verdict_warns(monitor: StepMonitor) -> None:
+    state = run_langgraph(Guard.default(model=monitor))
+    assert state["guardrail_verdict"] == "warn"
+    assert state["messages"][-1].content.startswith("The total is $55")  # it ran to its end: every part read
+    assert sum(isinstance(m, ToolMessage) for m in state["messages"]) == 7
+    alarm_of(state["guardrail_findings"])
+
+
+def test_on_alarm_stop_ends_the_run_at_the_alarm(monitor: StepMonitor) -> None:
+    state = run_langgraph(Guard.default(model=monitor, on_alarm="stop"))
+    assert state["guardrail_verdict"] == "alarm"
+    assert state["messages"][-1].content.startswith("Stopped by guardrail (alarm)")
+    assert sum(isinstance(m, ToolMessage) for m in state["messages"]) == 3  # nothing after the alarm's step
+
+
+def test_on_alarm_repair_forks_before_the_onset_and_a_model_that_follows_the_hint_is_repaired(
+        monitor: StepMonitor) -> None:
+    guard = Guard.default(model=monitor, on_alarm="repair", mode="intervene")
+    state = run_langgraph(guard)
+    record, alarm = state["guardrail_repair"], alarm_of(state["guardrail_findings"])
+    assert state["guardrail_verdict"] == "repair" and record["outcome"] == "repaired", record
+    # Every step before the alarm is a fact-gathering tool step: the last one before it is step alarm - 1. The fork
+    # re-runs from the alarm's onset, so it is at or before that step (not after the odd note it read).
+    k = alarm["step"]
+    assert record["target_step"] <= alarm["evidence"]["onset_step"] <= k - 1
+    assert state["messages"][-1].content == record["answer"] and record["answer"].startswith("The total is $55")
+    assert any(isinstance(m, HumanMessage) and m.name == "guardrail" for m in state["messages"])  # the hint
+    reads = [m for m in state["messages"] if isinstance(m, ToolMessage) and "continued in part" in str(m.content)]
+    assert len(reads) == 1  # the repaired branch read the odd note once and went on
+
+
+def test_a_halted_repair_names_the_failing_check_and_the_hint_of_each_attempt(monitor: StepMonitor) -> None:
+    guard = Guard.default(model=monitor, on_alarm="repair", mode="intervene")
+    record = run_langgraph(guard, follows_hints=False)["guardrail_repair"]
+    assert record["outcome"] == "halted" and record["attempts"] == 2 and record["answer"] is None
+    reason = record["reason"]
+    assert "still flagged after 2 repair attempts" in reason
+    for n in (1, 2):
+        line = next(line for line in reason.splitlines() if line.startswith(f"attempt {n} "))
+        assert "still failed monitor/step_monitor at step" in line and "hint sent: 'The check `monitor/step_monitor`" in line
+
+
+# ----------------------------------------------------------------------------- AutoGen
+async def autogen_run(guard: Guard, task: str, client: ShopChatClient | None = None) -> tuple[Any, Any]:
+    guarded = AutoGenGuard(guard)  # no task given: the guard reads it off the first user message
+    agent = AssistantAgent("shop", guarded.model_client(client or ShopChatClient()),
+                           workbench=guarded.workbench(autogen_tools()), max_tool_iterations=12)
+    result = await agent.run(task=task)
+    return result, await guarded.afinish(result)
+
+
+@pytest.fixture(scope="module")
+def autogen_monitor() -> StepMonitor:
+    import asyncio
+
+    keep = KeepRuns()
+    guard = Guard.default(extra_layers=[keep])
+    for task in healthy_tasks(40):
+        asyncio.run(autogen_run(guard, task))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return StepMonitor().fit(keep.episodes)
+
+
+async def test_autogen_agent_end_of_run_verdict_warns_on_an_alarm(autogen_monitor: StepMonitor) -> None:
+    guard = Guard.default(model=autogen_monitor)
+    _, healthy = await autogen_run(guard, healthy_tasks(1, seed=7)[0])
+    assert healthy.verdict.value == "allow", healthy.findings
+    result, decision = await autogen_run(guard, FAULTY)
+    assert decision.verdict.value == "warn" and [f.check for f in decision.findings] == ["step_monitor"]
+    assert result.messages[-1].content.startswith("The total is $55")
+
+
+async def test_autogen_agent_on_alarm_stop_answers_the_next_model_call_with_the_stop(
+        autogen_monitor: StepMonitor) -> None:
+    client = ShopChatClient()
+    result, decision = await autogen_run(Guard.default(model=autogen_monitor, on_alarm="stop"), FAULTY, client)
+    assert decision.verdict.value == "alarm"
+    assert result.messages[-1].content.startswith("Stopped by guardrail (alarm)")
+    assert client.calls == 3  # three model calls: the third step alarmed, the fourth never reached the model
+
+
+@pytest.fixture(scope="module")
+def team_monitor() -> StepMonitor:
+    import asyncio
+
+    keep = KeepRuns()
+    guard = Guard.default(extra_layers=[keep], repair=True)
+    for task in healthy_tasks(40):
+        asyncio.run(arun_autogen_team(guard.repairer, shop_team(ShopChatClient()), task))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return StepMonitor().fit(keep.episodes)
+
+
+async def test_autogen_team_on_alarm_repair_is_rolled_back_before_the_onset_and_repaired(
+        team_monitor: StepMonitor) -> None:
+    guard = Guard.default(model=team_monitor, on_alarm="repair", mode="intervene")
+    outcome = await arun_autogen_team(guard.repairer, shop_team(ShopChatClient()), FAULTY)
+    assert outcome.outcome == "repaired", outcome.reason
+    alarm = next(f for f in outcome.findings if f.severity is Severity.ALARM)
+    assert outcome.target_step is not None and outcome.target_step <= alarm.evidence["onset_step"] < alarm.step
+    assert outcome.answer is not None and outcome.answer.startswith("The total is $55")
+
+
+async def test_autogen_team_default_policy_delivers_the_run_as_warned(team_monitor: StepMonitor) -> None:
+    guard = Guard.default(model=team_monitor, mode="intervene", repair=True)
+    outcome = await arun_autogen_team(guard.repairer, shop_team(ShopChatClient()), FAULTY)
+    assert outcome.outcome == "warned" and outcome.attempts == [] and outcome.answer.startswith("The total is $55")
+    assert [f.check for f in outcome.findings] == ["step_monitor"]
+
+
+# ----------------------------------------------------------------------------- the policy in the core pipeline
+class AlarmAt(Layer):
+    """Stands in for the monitor: one alarm at step 1."""
+
+    name = "monitor"
+
+    def on_step(self, ctx: EpisodeContext, step: Any) -> Any:
+        if step.index == 1:
+            return [Finding(layer=self.name, check="step_monitor", message="left the healthy range", step=1,
+                            severity=Severity.ALARM, evidence={"onset_step": 0})]
+        return None
+
+
+@pytest.mark.parametrize(("on_alarm", "mode", "verdict"), [
+    ("warn", "report", "warn"), ("warn", "intervene", "warn"), ("stop", "report", "alarm"),
+    ("stop", "intervene", "alarm"), ("repair", "report", "alarm"), ("repair", "intervene", "repair")])
+def test_the_end_of_run_verdict_follows_the_alarm_policy(on_alarm: str, mode: str, verdict: str) -> None:
+    guard = Guard([AlarmAt()], mode=mode, on_alarm=on_alarm)  # type: ignore[arg-type]
+    ctx = guard.start_episode(task="t")
+    for index in range(3):
+        ctx.on_step(Step(index=index, kind=StepKind.TOOL_CALL, text="x"))
+    decision = ctx.finish(answer="done")
+    assert decision.verdict.value == verdict and [f.check for f in decision.findings] == ["step_monitor"]
+    assert guard.stops_on_alarm == (on_alarm == "stop" or (on_alarm, mode) == ("repair", "intervene"))
+    quiet = Guard([], mode=mode, on_alarm=on_alarm).start_episode(task="t")  # type: ignore[arg-type]
+    assert quiet.finish(answer="done").verdict.value == "allow"
+
+
+def test_an_unknown_alarm_policy_is_refused() -> None:
+    with pytest.raises(GuardError, match="on_alarm must be one of"):
+        Guard(on_alarm="ignore")  # type: ignore[arg-type]

@@ -394,7 +394,7 @@ class Guard:
             policy = self._alarm_verdict()
             if _RANK[policy] > _RANK[verdict]:
                 verdict = policy
-            findings = earlier + findings
+            findings = findings + earlier
         return Decision(
             verdict=verdict,
             hook=hook,
