@@ -298,9 +298,10 @@ class TelemetryStream:
                 if ev.name == self._last_tool:
                     same_tool = 1.0
                 self._last_tool = ev.name
-                call_words |= _words(args, cap)
+                said = _words(args, cap)
+                call_words |= said
                 if self._lexicon is not None:
-                    plain, entities = argument_words(args, cap)
+                    plain, entities = argument_words(args, cap, said)
                     novelty_args |= plain
                     if len(self._seen_words) < _CONTEXT_CAP:
                         self._seen_words |= entities  # an answer or a later result that names them is not new

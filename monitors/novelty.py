@@ -38,7 +38,9 @@ _NUMBER_RUN = re.compile(r"9[9.,]*9")
 _WORD_RUN = re.compile(r"a[a ,]*a")
 _WORD = re.compile(r"[a-z][a-z0-9]{2,}")
 # A token as written (case kept): letters and digits, joined by - _ . inside ("SKU-1003", "Dakar", "12kg", "v2.1").
-_TOKEN = re.compile(r"[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?")
+_TOKEN = r"[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?"
+# The tokens that can be entities: those starting with a capital, or holding a digit (the rest are plain words).
+_ENTITY_TOKEN = re.compile(rf"(?<![\w.-])(?=[A-Z]|[\w.-]*\d){_TOKEN}")
 _DIGIT_RUN = re.compile(r"9+")
 _LETTER_RUN = re.compile(r"a+")
 ENTITY_MARK = "\x01"  # entity classes start with a byte no word has, so a class never meets a word
@@ -94,24 +96,25 @@ def entity_class(token: str) -> str | None:
     return None
 
 
-def argument_words(text: str, cap: int) -> tuple[set[str], set[str]]:
+def argument_words(text: str, cap: int, words: set[str] | None = None) -> tuple[set[str], set[str]]:
     """A tool call's arguments for the novelty channel: (its words with every entity-like token replaced by its
-    `entity_class`, the entity tokens' own lowercase words).
+    `entity_class`, the entity tokens' own lowercase words). `words` are `step_words` of the same text, when
+    the caller has them.
 
     Arguments are where a task's entities enter a run (the city to look up, the SKU to price, the
     customer to fetch). Their classes are what the novelty score compares with healthy runs; their own
     words join the episode's context, so a result or an answer that repeats them is not new either.
+    Hot path: one C-level scan finds the candidate tokens; Python touches only those.
     """
-    words: set[str] = set()
+    head = text[:cap]
+    plain = set(_WORD.findall(head.lower())) if words is None else set(words)
     entities: set[str] = set()
-    for token in _TOKEN.findall(text[:cap]):
+    for token in _ENTITY_TOKEN.findall(head):
         kind = entity_class(token)
-        if kind is None:
-            words.update(_WORD.findall(token.lower()))
-        else:
-            words.add(kind)
+        if kind is not None:
+            plain.add(kind)
             entities.update(_WORD.findall(token.lower()))
-    return words, entities
+    return plain - entities, entities
 
 
 def args_text(args: Any) -> str:

@@ -10,6 +10,10 @@ FA interval is Clopper-Pearson on the alarms pooled over the splits). The public
 `esn_cusum_max` and `delta_mahalanobis` run on the same splits in the same process when its code
 is available (../shared/anchors/sentinel), so time ratios hold on a busy machine. A corpus or
 monitor that fails is reported as an error row and the rest go on (exit status 1).
+
+``--protocol temporal`` fits on the earlier healthy runs (recording order) and tests on the next
+ones (forward cuts); ``--entities N`` adds rows on generated testbed runs whose fitting and test
+tasks name disjoint cities (`traces.bench.monitor_protocols`). Every row says its ``protocol``.
 """
 
 from __future__ import annotations
