@@ -54,6 +54,6 @@ class MonitorLayer(Layer):
             message=(f"Step {step.index}: the trajectory left the healthy range{since} (score {score:.3g} > "
                      f"threshold {self.model.threshold_:.3g})."),
             evidence=evidence,
-            hint="the run may be looping, cascading tool errors or working from corrupted results; "
+            hint="The run may be looping, cascading tool errors or working from corrupted results; "
                  "consider rolling back to the last checkpoint",
         )]
