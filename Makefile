@@ -29,9 +29,12 @@ typecheck: install
 	$(BIN)/mypy $(PACKAGES)
 
 # PostgreSQL for the shared-checkpoint tests (installed from Debian packages when missing; the tests
-# start their own throwaway server on loopback and skip with a message if it cannot be had).
+# start their own throwaway server on loopback and skip with a message if it cannot be had), and the
+# reference MCP filesystem server for the MCP tests (from npm, outside the checkout; they skip without it).
 services:
+	@bash scripts/chromium.sh install || echo "note: Chromium could not be installed; the report browser test will skip"
 	@bash scripts/postgres.sh install || echo "note: PostgreSQL could not be installed; the Postgres tests will skip"
+	@bash scripts/mcp-servers.sh install || echo "note: the MCP filesystem server could not be installed; its tests will skip"
 
 pytest: install services
 	$(BIN)/pytest

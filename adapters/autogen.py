@@ -50,6 +50,7 @@ from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, Too
 
 from adapters.common import asafe_decision, call_action, log, with_problem
 from adapters.steps import step_from_autogen_result
+from adapters.tool_schemas import schema_of
 from guardrail.core.events import Decision, Result, Verdict
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
@@ -93,12 +94,19 @@ class AutoGenGuard:
         self.cwd = cwd
         self.framework = framework
         self.decisions: list[Decision] = []  # every non-allow decision of the current episode
+        # The current (or, after `finish`, the last) episode's id: what `guard.label` and `guardrail runs` take.
+        self.episode_id: str | None = None
         self._ctx: EpisodeContext | None = None
         self._pending: list[_Pending] = []
         self._alarm: Decision | None = None
 
     # ----------------------------------------------------------------- parts for AutoGen
-    def workbench(self, tools: Sequence[BaseTool[Any, Any]], **kwargs: Any) -> GuardedWorkbench:
+    def workbench(self, tools: Sequence[BaseTool[Any, Any]] | Workbench, **kwargs: Any) -> GuardedWorkbench:
+        """A guarded workbench over `tools`: a list of tools, or any `Workbench` (an ``McpWorkbench``...)."""
+        if isinstance(tools, Workbench):
+            from adapters.autogen_workbench import GuardedMcpWorkbench
+
+            return GuardedMcpWorkbench(tools, self, **kwargs)
         return GuardedWorkbench(list(tools), self, **kwargs)
 
     def model_client(self, client: ChatCompletionClient, *, agent: str | None = None,
@@ -119,6 +127,7 @@ class AutoGenGuard:
         """The running episode's context (started on first use)."""
         if self._ctx is None or self._ctx.finished:
             self._ctx = self.guard.start_episode(task=self.task, framework=self.framework)
+            self.episode_id = self._ctx.episode_id
             self.decisions = []
         return self._ctx
 
@@ -236,6 +245,19 @@ class GuardedWorkbench(StaticWorkbench):
                  tool_overrides: Any = None) -> None:
         super().__init__(tools, tool_overrides=tool_overrides)
         self.guarded = guarded if isinstance(guarded, AutoGenGuard) else AutoGenGuard(guarded)
+        # The tools' own argument schemas, declared to each episode: the gate holds every call to them.
+        self.schemas: dict[str, dict[str, Any]] = {}
+        for tool in tools:
+            try:
+                name, schema = schema_of(tool)
+            except Exception as exc:  # noqa: BLE001 - an unreadable schema leaves that tool unchecked
+                log.warning("guardrail: cannot read the schema of tool %r: %s", getattr(tool, "name", tool), exc)
+                continue
+            self.schemas[name] = schema
+        for override_of, override in (tool_overrides or {}).items():  # the names the model sees
+            renamed = getattr(override, "name", None) or (override.get("name") if isinstance(override, dict) else None)
+            if renamed and override_of in self.schemas:
+                self.schemas[renamed] = self.schemas[override_of]
 
     async def call_tool(
         self,
@@ -247,12 +269,15 @@ class GuardedWorkbench(StaticWorkbench):
         guarded = self.guarded
         guard = guarded.guard
         ctx = guarded.context
+        if self.schemas and name not in ctx.tool_schemas:
+            ctx.declare_tools(self.schemas)
         action, problem = call_action(name, arguments if arguments is not None else {}, call_id, cwd=guarded.cwd)
         decision = guarded._record(with_problem(
             await asafe_decision("before_action", lambda: guard.abefore_action(ctx, action)), problem, guard, ctx))
         if decision.blocked:
             message = decision.message() or "blocked by guardrail"
-            await guarded.on_tool_result(call_id, name, Result(output=message, is_error=True, call_id=call_id))
+            await guarded.on_tool_result(call_id, name, Result(output="", is_error=True, call_id=call_id,
+                                                                blocked=True, guard_message=message))
             return ToolResult(name=name, result=[TextResultContent(content=message)], is_error=True)
         started = time.perf_counter()
         tool_result = await super().call_tool(name, arguments, cancellation_token, call_id)
@@ -261,9 +286,10 @@ class GuardedWorkbench(StaticWorkbench):
         result = Result(output=output, is_error=tool_result.is_error, call_id=call_id, latency_s=latency)
         after = guarded._record(await asafe_decision("after_result", lambda: guard.aafter_result(ctx, action, result)))
         if after.blocked:
-            output = f"{output}\n\n{after.message()}"
-            result = Result(output=output, is_error=True, call_id=call_id, latency_s=latency)
-            tool_result = ToolResult(name=name, result=[TextResultContent(content=output)], is_error=True)
+            warning = after.message()
+            result = Result(output=output, is_error=True, call_id=call_id, latency_s=latency, guard_message=warning)
+            tool_result = ToolResult(name=name, result=[TextResultContent(content=f"{output}\n\n{warning}")],
+                                     is_error=True)
         await guarded.on_tool_result(call_id, name, result)
         return tool_result
 

@@ -11,6 +11,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "langgraph": ("LangChain v1 / LangGraph", ("langchain", "langchain_core", "langgraph")),
     "autogen": ("AutoGen AgentChat", ("autogen_agentchat", "autogen_core")),
     "swe": ("SWE-ReX", ("swerex",)),
+    "mcp": ("the Model Context Protocol SDK", ("mcp",)),
 }
 
 

@@ -50,6 +50,7 @@ from opentelemetry import context as otel_context
 from adapters.common import asafe_decision, call_action, safe_decision, with_problem
 from adapters.langgraph_repair import AsyncLangGraphFork, LangGraphFork
 from adapters.steps import LATENCY_KEY, content_text, step_from_langchain
+from adapters.tool_schemas import SchemaCache
 from guardrail.core.events import Action, Decision, Finding, Result, Step, Verdict
 from guardrail.core.guard import Guard, GuardError
 from guardrail.core.layer import EpisodeContext
@@ -84,6 +85,7 @@ class _Run:
     start: int
     task: str | None = None
     fed: set[str] = field(default_factory=set)
+    declared: bool = False  # the model call's tools were declared to the guard (their schemas)
 
 
 def _result_from(message: Any) -> Result | None:
@@ -146,8 +148,11 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     ) -> None:
         super().__init__()
         self.guard = guard
+        # repair=True: the assembled Guard's own repairer (Guard.default(repair=True, repair_options=...)), else a
+        # default one over this guard.
         self.repairer: Repairer | None = (repair if isinstance(repair, Repairer)
-                                          else Repairer(guard) if repair else None)
+                                          else (getattr(guard, "repairer", None) or Repairer(guard)) if repair
+                                          else None)
         self.graph: Any = None
         self.on_repair = on_repair
         self.on_decision = on_decision
@@ -156,6 +161,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         self.framework = framework
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
+        self._schemas = SchemaCache()
 
     def bind(self, graph: Any) -> Any:
         """Tell the middleware which compiled graph it runs in (inline repair re-runs forks of it); returns `graph`."""
@@ -180,8 +186,11 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     def _start(self, messages: Sequence[AnyMessage], episode_id: str | None = None) -> str:
         episode_id = episode_id or uuid.uuid4().hex
+        fork_of = ":fork:" in episode_id
         try:
-            self.guard.start_episode(episode_id, task=_last_human_text(messages), framework=self.framework)
+            # A repair fork's episode only gates the fork's calls; the Repairer records the attempt itself.
+            self.guard.start_episode(episode_id, task=_last_human_text(messages), framework=self.framework,
+                                     record=not fork_of)
         except GuardError:
             pass  # already running (a resumed thread): keep feeding the same episode
         with self._lock:
@@ -222,6 +231,39 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
                 run.fed.add(message.id or uuid.uuid4().hex)
                 steps.append(step_from_langchain(len(run.fed) - 1, message, replies, task=run.task))
         return steps
+
+    def _declare(self, episode_id: str, tools: Sequence[Any]) -> None:
+        """Declare the agent's own tools (their argument schemas) to the episode: the gate holds every call to
+        them, with no configuration. Read once per tool object, declared once per run."""
+        run = self._runs.get(episode_id)
+        if run is None or run.declared or not tools:
+            return
+        run.declared = True
+        try:
+            ctx = self.guard.context(episode_id)
+        except GuardError:
+            return
+        schemas = {}
+        for tool in tools:
+            found = self._schemas.get(tool)
+            if found is not None:
+                schemas[found[0]] = found[1]
+        ctx.declare_tools(schemas)
+
+    def _declare_one(self, episode_id: str, tool: Any) -> None:
+        """A tool call's own tool, for a graph whose model calls this middleware does not see (a ToolNode)."""
+        if tool is None:
+            return
+        try:
+            ctx = self.guard.context(episode_id)
+        except GuardError:
+            return
+        name = getattr(tool, "name", None)
+        if isinstance(name, str) and name in ctx.tool_schemas:
+            return
+        found = self._schemas.get(tool)
+        if found is not None:
+            ctx.declare_tools({found[0]: found[1]})
 
     def _step_index(self, episode_id: str) -> int:
         try:
@@ -401,6 +443,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     # graph node run every loop turn (a superstep and a checkpoint write); wrapping the call adds no node.
     def _before_model_call(self, request: Any) -> tuple[str, list[Decision]]:
         episode_id = self._episode(request.state)
+        self._declare(episode_id, request.tools)
         return episode_id, self._feed(episode_id, request.state.get("messages", []), final=False)
 
     def _stop_response(self, decisions: list[Decision]) -> ModelResponse | None:
@@ -451,6 +494,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         if self._fork_episode() is not None:
             return await handler(request)
         episode_id = self._episode(request.state)
+        self._declare(episode_id, request.tools)
         decisions = await self._afeed(episode_id, request.state.get("messages", []), final=False)
         stop = self._stop_response(decisions)
         if stop is not None:
@@ -470,6 +514,9 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
 
     @staticmethod
     def _blocked_message(request: ToolCallRequest, decision: Decision, output: str | None = None) -> ToolMessage:
+        """The reply the model reads for a blocked call (`output` None) or a refused result: the guard's message,
+        after the tool's output when there was one. The artifact keeps the two apart (and the decision), so the
+        step path records the tool's real output, not the guard's text."""
         warning = decision.message() or "blocked by guardrail"
         content = warning if output is None else f"{output}\n\n{warning}"
         return ToolMessage(
@@ -477,7 +524,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             tool_call_id=request.tool_call.get("id") or "",
             name=request.tool_call["name"],
             status="error",
-            artifact={"guardrail": decision.model_dump(mode="json")},
+            artifact={"guardrail": {**decision.model_dump(mode="json"), "message": warning, "output": output}},
         )
 
     def wrap_tool_call(
@@ -487,6 +534,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     ) -> Any:
         """Gate the call; if allowed run it and check what came back."""
         episode_id = self._episode(request.state, self._config_of(request))
+        self._declare_one(episode_id, request.tool)
         action, problem = self._action(request)
         decision = self._notify(with_problem(
             safe_decision("before_action", lambda: self.guard.before_action(episode_id, action)),
@@ -516,6 +564,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[Any]],
     ) -> Any:
         episode_id = self._episode(request.state, self._config_of(request))
+        self._declare_one(episode_id, request.tool)
         action, problem = self._action(request)
         decision = self._notify(with_problem(
             await asafe_decision("before_action", lambda: self.guard.abefore_action(episode_id, action)),

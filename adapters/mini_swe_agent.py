@@ -119,6 +119,11 @@ class GuardedEnvironment:
         self._turn, self._observed = None, []
         return self._ctx
 
+    @property
+    def episode_id(self) -> str | None:
+        """The current (or last) episode's id: what `guard.label` and `guardrail runs` take."""
+        return None if self._ctx is None else self._ctx.episode_id
+
     def close(self, answer: str | None = None) -> None:
         """Finish the running episode (the verifiers' end-of-run checks), if one is running."""
         if self._ctx is not None and not self._ctx.finished:

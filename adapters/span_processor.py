@@ -13,6 +13,9 @@ GenAI span of the trace and finishes when the trace's local root span ends.
   attached to the pending model step, or becomes its own step when no chat span announced it;
 - the end of the trace feeds what is pending and runs ``on_finish``.
 
+How spans become steps is `adapters.genai_spans` (shared with ``guardrail import otlp``, which reads
+the same spans back from a file), so a recorded run and an imported one have the same steps.
+
 The guard's own spans (``guardrail.*``) are ignored, so a Guard may share the tracer provider.
 
 Like OpenTelemetry's ``BatchSpanProcessor``, ``on_end`` only puts the span on a bounded queue
@@ -24,7 +27,6 @@ the worker and finishes every open episode.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -34,12 +36,17 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import StatusCode
 
 from adapters.common import call_action, safe_decision, with_problem
-from adapters.steps import build_step, tool_event
-from guardrail.core import spans as tm
-from guardrail.core.events import Decision, Result, Step, StepKind, ToolEvent, Verdict
+from adapters.genai_spans import (
+    CHAT_OPERATIONS,
+    SpanSteps,
+    finished_step,
+    is_guard_span,
+    operation_of,
+    tool_call_of,
+)
+from guardrail.core.events import Decision, Result, Step, Verdict
 from guardrail.core.guard import Guard
 from guardrail.core.layer import EpisodeContext
 
@@ -48,75 +55,17 @@ __all__ = ["GuardSpanProcessor", "operation_of"]
 _log = logging.getLogger("guardrail.adapters")
 _STOP = object()  # the worker's end-of-queue marker
 
-GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
-GEN_AI_COMPLETION = "gen_ai.completion"  # older instrumentations: the completion text
-GEN_AI_AGENT_NAME = "gen_ai.agent.name"
-GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-ERROR_TYPE = "error.type"
-MAX_ATTRIBUTE_CHARS = 1 << 20  # content attributes longer than this are not parsed (bounded work)
-OPERATIONS = ("chat", "execute_tool", "invoke_agent", "text_completion", "generate_content")
-
-
-def operation_of(span: ReadableSpan) -> str | None:
-    """The GenAI operation of a span (attribute first, then the conventional span-name prefix)."""
-    attributes = span.attributes or {}
-    value = attributes.get(tm.GEN_AI_OPERATION_NAME)
-    if isinstance(value, str):
-        return value
-    first = span.name.split(" ", 1)[0]
-    return first if first in OPERATIONS else None
-
-
-def _json(value: Any) -> Any:
-    if not isinstance(value, str) or len(value) > MAX_ATTRIBUTE_CHARS:
-        return None
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError):  # junk, or nested past the parser's limit: no arguments to read
-        return None
-
-
-def _model_step(span: ReadableSpan) -> Step:
-    """A chat span as a step: text and tool calls from gen_ai.output.messages when recorded."""
-    attributes = span.attributes or {}
-    texts: list[str] = []
-    events: list[ToolEvent] = []
-    messages = _json(attributes.get(GEN_AI_OUTPUT_MESSAGES))
-    for message in messages if isinstance(messages, list) else []:
-        for part in (message.get("parts") or []) if isinstance(message, dict) else []:
-            if not isinstance(part, dict):
-                continue
-            if part.get("type") == "text" and isinstance(part.get("content"), str):
-                texts.append(part["content"])
-            elif part.get("type") == "tool_call":
-                args = part.get("arguments")
-                events.append(tool_event(str(part.get("id") or ""), str(part.get("name") or "tool"),
-                                         _json(args) if isinstance(args, str) else (args or {}), None))
-    completion = attributes.get(GEN_AI_COMPLETION)
-    if not texts and isinstance(completion, str):
-        texts.append(completion[:MAX_ATTRIBUTE_CHARS])
-    tokens = attributes.get(GEN_AI_USAGE_OUTPUT_TOKENS)
-    return Step(index=0, kind=StepKind.TOOL_CALL if events else StepKind.TEXT, text="\n".join(texts),
-                tool_events=events, output_tokens=int(tokens) if isinstance(tokens, int) else None,
-                latency_s=_seconds(span), meta={"span": span.name})
-
 
 def _ids(span: ReadableSpan) -> tuple[int, int]:
     context = span.get_span_context()
     return (context.trace_id, context.span_id) if context is not None else (0, 0)
 
 
-def _seconds(span: ReadableSpan) -> float | None:
-    if span.start_time is None or span.end_time is None:
-        return None
-    return (span.end_time - span.start_time) / 1e9
-
-
 @dataclass
 class _Trace:
     ctx: EpisodeContext
     root_span_id: int | None = None
-    pending: list[Step] = field(default_factory=list)
+    steps: SpanSteps = field(default_factory=SpanSteps)
     decisions: list[Decision] = field(default_factory=list)
 
 
@@ -148,8 +97,7 @@ class GuardSpanProcessor(SpanProcessor):
                 self._roots.setdefault(trace_id, span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._closed or span.name.startswith("guardrail.") or (
-                span.instrumentation_scope is not None and span.instrumentation_scope.name == tm.TRACER_NAME):
+        if self._closed or is_guard_span(span):
             return
         try:
             self._queue.put_nowait(span)
@@ -208,21 +156,12 @@ class GuardSpanProcessor(SpanProcessor):
                 self._traces[trace_id] = state
             return state
 
-    def _feed(self, state: _Trace, pending: Step) -> None:
-        # Until now `pending.text` held the model's words and `latency_s` the model call's own duration.
-        step = build_step(state.ctx.step_index, content=pending.text, events=pending.tool_events,
-                          model_latency_s=pending.latency_s, output_tokens=pending.output_tokens,
-                          task=state.ctx.task, meta=pending.meta, final=pending.kind is StepKind.FINAL)
-        decision = safe_decision("on_step", lambda: self.guard.on_step(state.ctx, step))
-        if decision.verdict is not Verdict.ALLOW:
-            state.decisions.append(decision)
-
-    def _flush(self, state: _Trace, *, final: bool) -> None:
-        while state.pending:
-            step = state.pending.pop(0)
-            if final and not state.pending and step.kind is StepKind.TEXT:
-                step.kind = StepKind.FINAL
-            self._feed(state, step)
+    def _feed(self, state: _Trace, ready: list[Step]) -> None:
+        for pending in ready:
+            step = finished_step(pending, state.ctx.step_index, state.ctx.task)
+            decision = safe_decision("on_step", lambda: self.guard.on_step(state.ctx, step))  # noqa: B023 - called now
+            if decision.verdict is not Verdict.ALLOW:
+                state.decisions.append(decision)
 
     def _finish(self, trace_id: int) -> None:
         with self._lock:
@@ -230,7 +169,7 @@ class GuardSpanProcessor(SpanProcessor):
             self._roots.pop(trace_id, None)
         if state is None:
             return  # a trace with no GenAI span: nothing was started
-        self._flush(state, final=True)
+        self._feed(state, state.steps.take(final=True))
         decision = safe_decision("on_finish", lambda: self.guard.on_finish(state.ctx))
         self.finished.append((state.ctx.episode_id, decision))
 
@@ -240,29 +179,19 @@ class GuardSpanProcessor(SpanProcessor):
         operation = operation_of(span)
         with self._lock:
             is_root = self._roots.get(trace_id) == span_id
-        if operation in ("chat", "text_completion", "generate_content"):
+        if operation in CHAT_OPERATIONS:
             state = self._trace(span)
             with state.ctx.lock:
-                self._flush(state, final=False)  # a new model call: earlier steps are complete
-                state.pending.append(_model_step(span))
+                self._feed(state, state.steps.chat(span))  # a new model call: earlier steps are complete
         elif operation == "execute_tool":
             self._tool(self._trace(span), span)
         if is_root:  # the trace's local root ended: the run is over
             self._finish(trace_id)
 
     def _tool(self, state: _Trace, span: ReadableSpan) -> None:
-        attributes = span.attributes or {}
-        name = str(attributes.get(tm.GEN_AI_TOOL_NAME) or span.name.removeprefix("execute_tool ").strip() or "tool")
-        call_id = attributes.get(tm.GEN_AI_TOOL_CALL_ID)
-        call_id = str(call_id) if call_id is not None else None
-        raw_args = attributes.get(tm.GEN_AI_TOOL_CALL_ARGUMENTS)
-        args = _json(raw_args) if isinstance(raw_args, str) else None
-        output = attributes.get(tm.GEN_AI_TOOL_CALL_RESULT)
-        failed = span.status.status_code is StatusCode.ERROR or ERROR_TYPE in attributes
-        text = output if isinstance(output, str) else (span.status.description or "" if failed else "")
-        action, problem = call_action(name, args if isinstance(args, dict) else {}, call_id)
-        result = Result(output=text[:MAX_ATTRIBUTE_CHARS], is_error=failed, call_id=action.call_id,
-                        latency_s=_seconds(span))
+        call = tool_call_of(span)
+        action, problem = call_action(call.name, call.args if isinstance(call.args, dict) else {}, call.call_id)
+        result = Result(output=call.output, is_error=call.failed, call_id=action.call_id, latency_s=call.latency_s)
         ctx = state.ctx
         before = with_problem(safe_decision("before_action", lambda: self.guard.before_action(ctx, action)),
                               problem, self.guard, ctx)
@@ -270,23 +199,8 @@ class GuardSpanProcessor(SpanProcessor):
                          safe_decision("after_result", lambda: self.guard.after_result(ctx, action, result))):
             if decision.verdict is not Verdict.ALLOW:
                 state.decisions.append(decision)
-        event = tool_event(call_id, name, args if args is not None else {}, result.output, is_error=failed,
-                           latency_s=result.latency_s)
         with ctx.lock:
-            owner = next((s for s in reversed(state.pending) if s.kind is StepKind.TOOL_CALL), None)
-            match = None
-            if owner is not None:
-                match = next((i for i, e in enumerate(owner.tool_events)
-                              if (call_id and e.id == call_id) or (not call_id and e.name == name and e.result is None)),
-                             None)
-            if owner is not None and match is not None:
-                announced = owner.tool_events[match]
-                owner.tool_events[match] = event.model_copy(update={"args": announced.args if args is None
-                                                                     else event.args})
-            else:  # no model span announced this call: it is a step of its own
-                self._flush(state, final=False)
-                state.pending.append(Step(index=0, kind=StepKind.TOOL_CALL, tool_events=[event],
-                                          meta={"span": span.name}))
+            self._feed(state, state.steps.tool(call))
 
     def decisions(self, episode_id: str) -> list[Decision]:
         """Non-allow decisions of a running episode (finished ones are in `finished`)."""

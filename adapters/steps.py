@@ -19,13 +19,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardrail.core.corpus import format_tool_text
-from guardrail.core.events import Step, StepKind, ToolEvent, parse_call_arguments
+from guardrail.core.events import Result, Step, StepKind, ToolEvent, parse_call_arguments
 
 __all__ = [
     "LATENCY_KEY",
     "RESULT_CAP",
     "build_step",
     "content_text",
+    "guard_reply",
+    "split_guard_message",
     "langchain_logprobs",
     "step_from_autogen_result",
     "step_from_langchain",
@@ -57,8 +59,12 @@ def content_text(content: Any) -> str:
 
 
 def tool_event(call_id: str | None, name: str, args: Any, output: str | None, *, is_error: bool = False,
-               latency_s: float | None = None) -> ToolEvent:
-    """One tool call and what came back (None: it has not returned, or never ran; that is not an error)."""
+               latency_s: float | None = None, guard_message: str | None = None) -> ToolEvent:
+    """One tool call and what came back (None: it has not returned, or never ran; that is not an error).
+
+    `guard_message` is what the guard showed the agent with the result, or instead of it when the call was
+    blocked before it ran (`output` None): the agent read an error either way.
+    """
     return ToolEvent(
         id=call_id or "",
         name=name,
@@ -66,9 +72,35 @@ def tool_event(call_id: str | None, name: str, args: Any, output: str | None, *,
         result=None if output is None else output[:RESULT_CAP],
         result_chars=None if output is None else len(output),
         result_truncated=output is not None and len(output) > RESULT_CAP,
-        is_error=bool(output is not None and is_error),
+        is_error=bool((output is not None or guard_message is not None) and is_error),
         latency_s=None if latency_s is None else round(float(latency_s), 6),
+        guard_message=None if guard_message is None else guard_message[:RESULT_CAP],
     )
+
+
+GUARD_PREFIX = "[guardrail:"  # how `Decision.message()` starts every line it writes
+_GUARD_AFTER = "\n\n" + GUARD_PREFIX
+
+
+def split_guard_message(text: str) -> tuple[str | None, str | None]:
+    """A tool reply the agent read, as (the tool's own output, the guard's message): ``(text, None)`` for a plain
+    reply, ``(None, message)`` for a call the guard blocked before it ran, ``(output, message)`` when the guard
+    appended its message to a result it refused. Reads the text the adapters write (`Decision.message()` lines)."""
+    if text.startswith(GUARD_PREFIX):
+        return None, text
+    cut = text.rfind(_GUARD_AFTER)
+    if cut >= 0:
+        return text[:cut], text[cut + 2:]
+    return text, None
+
+
+def guard_reply(artifact: Any) -> tuple[bool, str | None, str | None]:
+    """(is a guard reply, the tool's output, the guard's message) from a LangChain ToolMessage's artifact."""
+    record = artifact.get("guardrail") if isinstance(artifact, Mapping) else None
+    if not isinstance(record, Mapping) or not isinstance(record.get("message"), str):
+        return False, None, None
+    output = record.get("output")
+    return True, output if isinstance(output, str) else None, record["message"]
 
 
 def build_step(index: int, *, content: str, events: Sequence[ToolEvent] = (), logprobs: Sequence[float] = (),
@@ -141,9 +173,12 @@ def step_from_langchain(index: int, message: Any, tool_messages: Sequence[Any] =
     for call in getattr(message, "tool_calls", None) or []:
         reply = by_id.get(call.get("id") or "")
         output = None if reply is None else content_text(reply.content)
+        guarded, real, guard_message = guard_reply(getattr(reply, "artifact", None))
+        if guarded:
+            output = real
         events.append(tool_event(call.get("id"), call.get("name") or "", call.get("args"), output,
                                  is_error=reply is not None and getattr(reply, "status", None) == "error",
-                                 latency_s=None if reply is None else _stamped(reply)))
+                                 latency_s=None if reply is None else _stamped(reply), guard_message=guard_message))
     usage = getattr(message, "usage_metadata", None) or {}
     return build_step(
         index,
@@ -170,11 +205,16 @@ def _autogen_events(calls: Sequence[Any], results: Mapping[str, Any],
     events = []
     for call in calls:
         answer = results.get(call.id)
-        # An AutoGen FunctionExecutionResult (content) or the guard's own Result (output).
-        output = None if answer is None else content_text(getattr(answer, "content", getattr(answer, "output", "")))
+        output: str | None = None
+        guard_message: str | None = None
+        if isinstance(answer, Result):  # the guard's own record of the call (live)
+            output = None if answer.blocked else answer.output
+            guard_message = answer.guard_message
+        elif answer is not None:  # an AutoGen FunctionExecutionResult (saved state, a run's messages)
+            output, guard_message = split_guard_message(content_text(getattr(answer, "content", "")))
         events.append(tool_event(call.id, call.name, call.arguments, output,
                                  is_error=bool(answer is not None and getattr(answer, "is_error", False)),
-                                 latency_s=(tool_latency_s or {}).get(call.id)))
+                                 latency_s=(tool_latency_s or {}).get(call.id), guard_message=guard_message))
     return events
 
 

@@ -111,7 +111,9 @@ def runtime_of(owner: Any) -> Any | None:
 
 
 def _gate_layers(guard: Guard) -> Iterable[Any]:
-    return [layer for layer in guard.layers if callable(getattr(layer, "use_backend", None))]
+    # A gate with no workspace (the zero-configuration one) checks declared schemas only: nothing to probe.
+    return [layer for layer in guard.layers if callable(getattr(layer, "use_backend", None))
+            and getattr(layer, "gate", True) is not None]
 
 
 def gate_in_sandbox(guard: Guard, runtime: Any, *, python: str | None = None, path_env: str | None = None,

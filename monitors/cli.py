@@ -21,6 +21,7 @@ from guardrail.core.cliutil import Command, emit_json, print_table, progress
 from guardrail.core.corpus import CorpusError, iter_corpus, read_episodes
 from guardrail.core.engine import add_engine_arguments, engine_from_args
 from guardrail.core.events import Episode
+from guardrail.core.runstore import absolute_location
 from monitors.calibration import CALIBRATION_METHODS, conformal_threshold
 from monitors.features import Telemetry
 from monitors.inventory import HealthyInventory, take_inventory
@@ -80,7 +81,8 @@ def score_shard(shard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _shards(corpus: str, ids: Sequence[str], **extra: Any) -> list[dict[str, Any]]:
-    return [{"corpus": corpus, "ids": list(ids[i:i + SHARD_SIZE]), **extra} for i in range(0, len(ids), SHARD_SIZE)]
+    where = absolute_location(corpus)  # the same corpus or store from a worker's working directory
+    return [{"corpus": where, "ids": list(ids[i:i + SHARD_SIZE]), **extra} for i in range(0, len(ids), SHARD_SIZE)]
 
 
 def _mapped(engine: Any, fn: Callable[[dict[str, Any]], Any], shards: list[dict[str, Any]], desc: str,

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from guardrail.core.events import Finding, Severity, Step
+from guardrail.core.fileio import sha256_file
 from guardrail.core.layer import EpisodeContext, Layer
 from monitors.monitor import MonitorStream, StepMonitor
 
@@ -26,13 +27,19 @@ class MonitorLayer(Layer):
     name = "monitor"
 
     def __init__(self, model: StepMonitor | str | os.PathLike[str]) -> None:
-        if not isinstance(model, StepMonitor):
-            from monitors.model_file import load_monitor
+        from monitors.model_file import load_monitor, monitor_sha256
 
+        if not isinstance(model, StepMonitor):
+            self.model_sha256 = sha256_file(model)  # what `sha256sum model.npz` says: the file that judges
             model = load_monitor(model)
-        if not hasattr(model, "hybrid_"):
+        elif not hasattr(model, "hybrid_"):
             raise ValueError("MonitorLayer needs a fitted StepMonitor (fit it, or load a model file)")
+        else:
+            self.model_sha256 = monitor_sha256(model)
         self.model = model
+
+    def versions(self) -> dict[str, str]:
+        return {"model_sha256": self.model_sha256}
 
     def new_state(self, ctx: EpisodeContext) -> MonitorStream:
         return self.model.start(ctx.task)

@@ -9,6 +9,7 @@ monitor, so a file from another version or a damaged one fails with a message sa
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import json
 import math
@@ -27,7 +28,7 @@ from monitors.features import CHANNELS, Telemetry
 from monitors.hybrid import Hybrid
 from monitors.monitor import StepMonitor
 
-__all__ = ["MODEL_FORMAT", "MODEL_VERSION", "ModelFileError", "load_monitor", "save_monitor"]
+__all__ = ["MODEL_FORMAT", "MODEL_VERSION", "ModelFileError", "load_monitor", "monitor_sha256", "save_monitor"]
 
 MODEL_FORMAT = "guardrail-step-monitor"
 MODEL_VERSION = 2  # 2: g channel with novelty features + the healthy lexicon arrays, calibration record
@@ -38,6 +39,20 @@ class ModelFileError(Exception):
     """A model file that cannot be used: not ours, another format version, or damaged."""
 
 
+def monitor_sha256(monitor: StepMonitor) -> str:
+    """A digest of what a fitted monitor scores with (its settings, threshold and every fitted array), for a
+    monitor that never was a file; a model file's own digest is the sha256 of its bytes."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"params": monitor.get_params(), "channels": list(monitor.telemetry_.channels_),
+                              "threshold": float(monitor.threshold_)}, sort_keys=True, default=str).encode())
+    for prefix, state in (("hybrid.", monitor.hybrid_.get_state()), ("telemetry.", monitor.telemetry_.get_state())):
+        for key in sorted(state):
+            value = np.ascontiguousarray(state[key])
+            digest.update(f"{prefix}{key}:{value.dtype}:{value.shape}".encode())
+            digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
 def save_monitor(monitor: StepMonitor, path: str | os.PathLike[str], *, extra: dict[str, Any] | None = None) -> None:
     """Write a fitted monitor atomically (a reader sees the old file or the whole new one)."""
     if not hasattr(monitor, "hybrid_"):
@@ -46,6 +61,9 @@ def save_monitor(monitor: StepMonitor, path: str | os.PathLike[str], *, extra: d
     arrays = {f"hybrid.{key}": np.ascontiguousarray(value) for key, value in monitor.hybrid_.get_state().items()}
     arrays.update({f"telemetry.{key}": np.ascontiguousarray(value)
                    for key, value in monitor.telemetry_.get_state().items()})
+    maxima = getattr(monitor, "calibration_maxima_", None)
+    if maxima is not None and len(maxima):  # the calibration set, for drift's conformal p-values
+        arrays["calibration.maxima"] = np.ascontiguousarray(maxima, dtype=np.float64)
     header = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -119,6 +137,9 @@ def load_monitor(path: str | os.PathLike[str]) -> StepMonitor:
                              "`guardrail fit`") from exc
     monitor.n_train_ = int(header.get("n_train") or 0)
     monitor.n_val_ = int(header.get("n_val") or 0)
+    # Absent from files written before drift checks existed.
+    found = arrays.get("calibration.maxima")
+    monitor.calibration_maxima_ = np.sort(found) if found is not None and found.ndim == 1 else None
     return monitor
 
 

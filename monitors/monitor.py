@@ -139,6 +139,9 @@ class StepMonitor:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 self.set_calibration(conformal_threshold(self.hybrid_.oof_maxima_, self.beta, "crossfit"))
+            # The calibration set itself: what a new healthy run's conformal p-value is computed against (drift).
+            self.calibration_maxima_: np.ndarray | None = np.sort(
+                self.hybrid_.oof_maxima_[np.isfinite(self.hybrid_.oof_maxima_)])
             # Said when the threshold is first used, not here: a `calibrate` that follows replaces it.
             self._weak_calibration = str(caught[0].message) if caught else None
         return self
@@ -175,6 +178,8 @@ class StepMonitor:
         self._weak_calibration = None  # the cross-fit threshold is being replaced: nothing to say about it
         maxima = [self.score_episode(e).max_score for e in healthy_val if e.steps]
         self.set_calibration(conformal_threshold(maxima, self.beta if beta is None else beta, "split"))
+        values = np.asarray(maxima, dtype=float)
+        self.calibration_maxima_ = np.sort(values[np.isfinite(values)])
         return self
 
     def set_calibration(self, calibration: Calibration) -> None:

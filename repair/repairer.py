@@ -370,8 +370,9 @@ class Repairer:
         # Ending a run is an intervention: report mode lets a loop run its course (its findings are still logged).
         return self.breaker.new_run() if self.breaker is not None and self.intervening else None
 
-    def new_context(self, episode_id: str, task: str | None, framework: str, tools: Collection[str]) -> EpisodeContext:
-        return self.guard.start_episode(episode_id, task=task, framework=framework, tools=tools)
+    def new_context(self, episode_id: str, task: str | None, framework: str, tools: Collection[str],
+                    meta: dict[str, Any] | None = None) -> EpisodeContext:
+        return self.guard.start_episode(episode_id, task=task, framework=framework, tools=tools, meta=meta)
 
     def before_repair(self, episode_id: str, flags: list[Finding], steps: list[Step], trip: Trip | None,
                        answer: str | None, alarms: Sequence[Finding] = ()) -> RepairOutcome | None:
@@ -433,8 +434,10 @@ class Repairer:
 
     def _attempt_context(self, driver: ForkDriver | AsyncForkDriver, session: RepairSession,
                          attempt: RepairAttempt, task: str | None, tools: Collection[str]) -> StepWatch:
+        # A repair attempt is recorded as its own episode, marked as one (it replays a run from its fork point).
         ctx = self.new_context(f"{session.episode_id}:repair-{attempt.attempt}:{uuid.uuid4().hex[:6]}",
-                               task, driver.framework, tools)
+                               task, driver.framework, tools,
+                               meta={"repair_of": session.episode_id, "attempt": attempt.attempt})
         return self.watch(ctx, session.breaker_run, count_from=session.target)
 
     # ------------------------------------------------------------------------- the ladder, any framework

@@ -14,6 +14,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.otlp_receiver import otlp_receiver  # noqa: F401 - the OTLP receiver fixture, for every test module
+
 REPO = Path(__file__).resolve().parents[1]
 # GUARDRAIL_SENTINEL points a checkout that does not sit beside shared/ (a worktree) at the corpora.
 SENTINEL = Path(os.environ.get("GUARDRAIL_SENTINEL") or REPO.parent / "shared" / "corpora" / "sentinel")

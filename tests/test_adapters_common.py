@@ -66,7 +66,8 @@ def test_guard_default_assembles_the_layers_the_arguments_allow(tmp_path, sentin
     healthy = read_corpus(sentinel_dir / "autogen7b").healthy()
     save_monitor(StepMonitor().fit(healthy[:8]).calibrate(healthy[8:14]), tmp_path / "m.npz")
 
-    assert [layer.name for layer in Guard.default().layers] == []
+    assert [layer.name for layer in Guard.default().layers] == ["gate"]  # declared tool schemas, zero config
+    assert [layer.name for layer in Guard.default(disable=["gate"]).layers] == []
     assert [layer.name for layer in Guard.default(workspace=tmp_path).layers] == ["gate"]
     guard = Guard.default(workspace=tmp_path, model=tmp_path / "m.npz", spec="booking_tools", mode="intervene")
     assert [layer.name for layer in guard.layers] == ["gate", "monitor", "verifier"]

@@ -67,8 +67,8 @@ def test_bad_options_say_what_is_wrong(tmp_path):
         Guard.default(n=5)
     with pytest.raises(ValueError, match=">= 2"):
         Guard.default(n=1, sandbox={})
-    assert Guard.default(repair=True).layer_names == ["repair"]
-    assert Guard.default().layer_names == []
+    assert Guard.default(repair=True).layer_names == ["gate", "repair"]  # the gate holds declared tool schemas
+    assert Guard.default().layer_names == ["gate"]
 
 
 def test_the_langchain_wiring_runs_every_layer_and_repairs_inside_the_run(tmp_path, monitor_file):

@@ -175,7 +175,8 @@ def test_every_call_of_a_parallel_step_is_gated_through_chat_openai(workspace):
 
     assert sorted(gate.seen) == ["c1", "c2", "c3"]  # all three calls of the one step
     events = {e.id: e for e in recorder.steps[0].tool_events}
-    assert events["c1"].is_error and events["c3"].is_error and "does not exist" in events["c1"].result
+    assert events["c1"].is_error and events["c3"].is_error and "does not exist" in events["c1"].guard_message
+    assert events["c1"].result is None  # blocked: the tool never ran, the guard's message is kept apart
     assert not events["c2"].is_error and events["c2"].result == "the meeting is at noon"
     assert state["messages"][-1].content == "It is at noon."
 

@@ -2,106 +2,22 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from guardrail import Action, Finding, Guard, Layer, Result, Severity, Step, StepKind
 from guardrail.core.otlp import configure_tracing, otlp_configured
+from tests.otlp_receiver import OTLPReceiver
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET_ARGUMENT = "launch-codes-0000"
-
-
-@dataclass
-class ReceivedSpan:
-    name: str
-    service_name: str
-    attributes: dict[str, object]
-
-
-@dataclass
-class OTLPReceiver:
-    """What an OTLP/HTTP collector would have received: decoded spans, request headers, raw request count."""
-
-    endpoint: str
-    spans: list[ReceivedSpan] = field(default_factory=list)
-    requests: int = 0
-    content_types: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    got_spans: threading.Event = field(default_factory=threading.Event)
-
-
-def _value(value: AnyValue) -> object:
-    kind = value.WhichOneof("value")
-    return getattr(value, kind) if kind else None
-
-
-@pytest.fixture
-def otlp_receiver() -> Iterator[OTLPReceiver]:
-    """An OTLP/HTTP traces receiver on 127.0.0.1 built on the official protobuf messages (the collector is not installable here)."""
-    receiver = OTLPReceiver(endpoint="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            encoding = self.headers.get("Content-Encoding", "")
-            if encoding == "gzip":
-                body = gzip.decompress(body)
-            elif encoding == "deflate":
-                body = zlib.decompress(body)
-            if self.path != "/v1/traces":
-                self.send_error(404)
-                return
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            with receiver.lock:
-                receiver.requests += 1
-                receiver.content_types.append(self.headers.get("Content-Type", ""))
-                for resource_spans in request.resource_spans:
-                    resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-                    for scope_spans in resource_spans.scope_spans:
-                        for span in scope_spans.spans:
-                            receiver.spans.append(ReceivedSpan(
-                                name=span.name, service_name=str(resource.get("service.name")),
-                                attributes={a.key: _value(a.value) for a in span.attributes}))
-            receiver.got_spans.set()
-            payload = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - keep test output clean
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class ForbiddenCommand(Layer):

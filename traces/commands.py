@@ -26,6 +26,8 @@ TABLE: dict[str, CommandSpec] = {
     "sandbox": _bench("traces.bench.sandbox:BENCH", "the gate probing a SWE-ReX sandbox vs the local backend"),
     "gate-traj": _bench("traces.bench.gate_traj:BENCH", "gate blocking precision on replayed agent trajectories"),
     "monitor": _bench("traces.bench.monitor:BENCH", "monitor AUROC/detection/FA on corpora, vs published"),
+    "drift": _bench("traces.bench.drift:BENCH", "guardrail drift: false drift on fresh healthy runs, detection of a "
+                                                "new tool result shape"),
     "verify": _bench("traces.bench.verify:BENCH", "verifier catch rates and healthy false positives"),
     "consistency": _bench("traces.bench.consistency:BENCH", "naive vs separated self-consistency gate"),
     "repair": _bench("traces.bench.repair:BENCH", "repair rungs vs the resample control"),
@@ -34,5 +36,6 @@ TABLE: dict[str, CommandSpec] = {
     "load": _bench("traces.bench.load:BENCH", "steps/s and memory at 1/8/64 concurrent episodes"),
     "scale": _bench("traces.bench.scale:BENCH", "scoring throughput on 1/2/4 Dask workers vs local"),
     "real": _bench("traces.bench.real:BENCH", "the layers on a real model's runs (SmolLM2-135M) vs their scripted twins"),
+    "mcp": _bench("traces.bench.mcp:BENCH", "guardrail mcp-proxy: added latency per call, blocking precision/recall"),
     "coding": _bench("traces.bench.coding:BENCH", "coding testbed: report vs intervene with the gate on a real sdist"),
 }

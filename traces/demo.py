@@ -1,51 +1,49 @@
-"""`guardrail demo`: the whole stack on real agents -- a gate block, a verifier catch, a rollback repair, a monitor alarm.
+"""`guardrail demo`: the deployment loop end to end on real framework agents -- guard, record, label, fit, redeploy.
 
-Four short scenes, each on real framework objects with scripted models and real tools:
+Five scenes on the testbed's booking agents (real LangGraph ``create_agent`` graphs and AutoGen
+``AssistantAgent``s, scripted seeded models, real tools), in the order a user lives them:
 
-1. **gate** -- a LangGraph ``create_agent`` with `GuardMiddleware` and the StateMirror gate on real
-   files: the agent asks for a file that does not exist, gets the gate's warning and hint as a
-   ``ToolMessage(status="error")``, and reads the right file.
-2. **verifier** -- the testbed's booking agent (LangGraph, SQLite checkpointer) slips its arithmetic;
-   the deterministic verifiers catch the wrong total at the end of the run.
-3. **repair** -- the same slip, run under the `Repairer`: the thread is forked from the checkpoint
-   before the flagged step with a hint and re-run live; the original branch is untouched.
-4. **monitor** -- a step monitor fitted on healthy AutoGen runs watches an AutoGen team whose tools
-   start failing; it raises an alarm and the termination condition stops the team.
+1. **guard with no configuration, record** -- ``Guard.default(record="sqlite:///.../runs.db")`` and
+   nothing else: the gate holds every call to the schema its tool declares (read from the agents'
+   own tools). 40 LangGraph and 40 AutoGen runs are recorded; in one, the model drops a required
+   argument: blocked with the tool's signature as the hint, and the agent recovers.
+2. **label** -- every clean unlabelled run becomes ``healthy`` (``guardrail label --clean-as healthy``);
+   the slipped run is labelled ``failed`` by hand (``guard.label``).
+3. **fit** -- ``guardrail fit`` (the step monitor) and ``guardrail fit-spec`` (the verifier spec) read
+   the store's healthy runs.
+4. **redeploy** -- ``Guard.default(model=..., spec=..., record=..., repair=True)``: a LangGraph run
+   that slips its sum is caught by the fitted spec and repaired inside the run (the thread forked
+   at its checkpoint in SQLite and re-run live); an AutoGen team whose tools start failing raises
+   the fitted monitor's alarm and stops.
+5. **look** -- ``guardrail runs`` over the store, and the report.
 
-Everything the guard did lands in ``out/demo/``: ``spans.json`` (every guard span), ``summary.json``,
-``monitor.npz`` (the fitted monitor), ``corpus/`` (the episodes) and ``report/index.html`` with PNG plots.
+Everything lands in ``out/demo/``: ``runs.db`` (the run store), ``monitor.npz`` and ``spec.json``
+(fitted on it), ``runs.txt`` (what ``guardrail runs`` printed), ``report/index.html``, ``spans.json``
+(every guard span) and ``summary.json``. No network, no LLM: the models are seeded scripted policies.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
-import sqlite3
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from guardrail.core.cliutil import Command, emit_json
-from guardrail.core.events import Episode, Finding, Severity
 from guardrail.core.fileio import atomic_write_text
-from guardrail.core.layer import EpisodeContext, Layer
 
 __all__ = ["DEMO", "run_demo", "span_record"]
 
-# The gate scene's workspace: a small project an agent is asked to summarize.
-_WORKSPACE_FILES = {
-    "notes/todos.md": "- ship the gate\n- fit the monitor\n- write the report\n",
-    "notes/meeting.md": "Decided: intervene mode by default for the demo.\n",
-    "README.md": "# demo project\n",
-}
-TOUR_SEED = 25  # a testbed tour task (flights, hotels, weather, calculator); its spec comes from its prompt
-MONITOR_HEALTHY_RUNS = 40  # healthy AutoGen runs the demo's monitor is fitted and cross-fit calibrated on (19+ hold the 5% budget)
-MONITOR_SEED = 7
+FIT_RUNS = 40  # per framework: the cross-fit conformal threshold holds its 5% budget from 19 healthy runs up
+TASK_KINDS = ("tour",)  # one deployment: tour bookings (flights, hotels, weather, a calculator)
+SEED = 25
 
 
 def span_record(span: Any) -> dict[str, Any]:
@@ -63,171 +61,58 @@ def span_record(span: Any) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- scene 1: gate
-def _file_tools(workspace: Path) -> list[Any]:
-    from langchain_core.tools import tool
+# --------------------------------------------------------------------------- the agents
+def _drop_first_argument() -> Any:
+    """A model slip, as middleware: the first tool call of the run loses one of its arguments."""
+    from langchain.agents.middleware import AgentMiddleware
 
-    def inside(path: str) -> Path:
-        resolved = (workspace / path).resolve()
-        if workspace.resolve() not in (resolved, *resolved.parents):
-            raise ValueError(f"{path!r} is outside the workspace")
-        return resolved
+    class DropArgument(AgentMiddleware[Any, Any, Any]):
+        done = False
 
-    @tool
-    def read_file(path: str) -> str:
-        """Read a text file of the workspace."""
-        return inside(path).read_text(encoding="utf-8")
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            response = handler(request)
+            for message in getattr(response, "result", None) or []:
+                calls = getattr(message, "tool_calls", None) or []
+                if calls and not self.done and calls[0]["args"]:
+                    self.done = True
+                    calls[0]["args"] = dict(list(calls[0]["args"].items())[1:])
+            return response
 
-    @tool
-    def write_file(path: str, content: str) -> str:
-        """Write a text file in the workspace."""
-        target = inside(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-        return f"wrote {len(content)} chars to {path}"
-
-    return [read_file, write_file]
+    return DropArgument()
 
 
-def _gate_script() -> Iterator[Any]:
-    """The scripted model's turns: a wrong path (blocked with a hint), the right one, a write, an answer."""
-    from langchain_core.messages import AIMessage
-
-    yield AIMessage(content="Reading the todo list.",
-                    tool_calls=[{"name": "read_file", "args": {"path": "notes/todo.md"}, "id": "call_1"}])
-    yield AIMessage(content="The guard says the file is notes/todos.md.",
-                    tool_calls=[{"name": "read_file", "args": {"path": "notes/todos.md"}, "id": "call_2"}])
-    yield AIMessage(content="Writing the summary.",
-                    tool_calls=[{"name": "write_file", "args": {"path": "summary.md",
-                                                               "content": "3 open items: gate, monitor, report\n"},
-                                 "id": "call_3"}])
-    yield AIMessage(content="There are 3 open items: ship the gate, fit the monitor, write the report.")
-
-
-def _scene_gate(scratch: Path, tracer: Any) -> dict[str, Any]:
-    from langchain.agents import create_agent
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    from langgraph.checkpoint.sqlite import SqliteSaver
+def _langgraph_run(guard: Any, index: int, *, tracer: Any, slip: str | None = None,
+                   checkpointer: Any = None, repair: bool = False) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
 
     from adapters.langchain import GuardMiddleware
-    from guardrail.core.guard import Guard
-    from guardrail.gate.layer import GateLayer
-
-    class ScriptedChatModel(GenericFakeChatModel):
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-            return self  # the turns are scripted; the tools are real
-
-    root = scratch / "workspace"
-    for rel, text in _WORKSPACE_FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text, encoding="utf-8")
-    tools = _file_tools(root)
-    gate = GateLayer(root, tools={t.name: t.func for t in tools})
-    guard = Guard([gate], mode="intervene", tracer=tracer)
-    connection = sqlite3.connect(scratch / "gate-checkpoints.sqlite", check_same_thread=False)
-    try:
-        saver = SqliteSaver(connection)
-        agent = create_agent(ScriptedChatModel(messages=_gate_script()), tools, middleware=[GuardMiddleware(guard)],
-                             checkpointer=saver)
-        config: Any = {"configurable": {"thread_id": "demo-gate"}}
-        with tracer.start_as_current_span("invoke_agent demo-gate", attributes={"gen_ai.operation.name": "invoke_agent"}):
-            final = agent.invoke({"messages": [{"role": "user", "content": "Summarize the open todos."}]}, config)
-        checkpoints = len(list(saver.list(config)))
-    finally:
-        connection.close()
-    blocked = [{"tool": m.name, "message": m.content}
-               for m in final["messages"] if getattr(m, "type", "") == "tool" and m.status == "error"]
-    return {"blocked": blocked, "answer": final["messages"][-1].content, "checkpoints": checkpoints,
-            "summary_file_written": (root / "summary.md").is_file(),
-            "findings": [Finding.model_validate(f) for f in final.get("guardrail_findings", [])]}
-
-
-# --------------------------------------------------------------------------- scenes 2 and 3: verifier, repair
-def _task_spec(task: Any) -> Any:
-    """The verifier spec of a testbed task, built from its prompt alone (never from its ground truth)."""
-    from traces.specs import verifier_spec
-    from verifiers.spec import VerifierSpec
-
-    return VerifierSpec.model_validate(verifier_spec(task.prompt))
-
-
-def _tour_agent(scratch: Path, name: str, middleware: Any = ()) -> tuple[Any, Any, Any, dict[str, Any]]:
-    from adapters.langgraph_repair import sqlite_checkpointer
     from traces.agents import build_langgraph_agent
-    from traces.models import ScriptedChatModel
     from traces.policy import Policy
     from traces.tasks import make_task
     from traces.tools import BookingDB, booking_tools
 
     db = BookingDB()
-    task = make_task(TOUR_SEED, db=db)
-    policy = Policy(seed=TOUR_SEED, arithmetic_rate=1.0)
-    graph = build_langgraph_agent(task, policy, toolbox=booking_tools(db), model=ScriptedChatModel(policy=policy),
-                                  checkpointer=sqlite_checkpointer(scratch / f"{name}.sqlite"),
-                                  middleware=list(middleware))
-    config = {"configurable": {"thread_id": f"demo-{name}"}, "recursion_limit": 4 * policy.max_steps + 10}
-    return graph, task, policy, config
+    task = make_task(SEED * 1000 + index, db=db, kinds=TASK_KINDS)
+    policy = Policy(seed=SEED * 1000 + index, arithmetic_rate=1.0 if slip == "arithmetic" else 0.0)
+    guarded = GuardMiddleware(guard, repair=repair)
+    middleware: list[Any] = [_drop_first_argument()] if slip == "drop_argument" else []
+    graph = build_langgraph_agent(task, policy, toolbox=booking_tools(db), checkpointer=checkpointer,
+                                  middleware=[*middleware, guarded])
+    guarded.bind(graph)
+    config = {"configurable": {"thread_id": f"demo-langgraph-{index}"}, "recursion_limit": 4 * policy.max_steps + 10}
+    with tracer.start_as_current_span(f"invoke_agent demo-langgraph-{index}"):
+        state = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
+    blocked = [m.content for m in state["messages"] if getattr(m, "type", "") == "tool" and m.status == "error"]
+    return {"episode_id": state["guardrail_episode"], "verdict": state["guardrail_verdict"], "blocked": blocked,
+            "answer": state["messages"][-1].content, "expected_total": task.expected_total,
+            "repair": state.get("guardrail_repair")}
 
 
-def _scene_verifier(scratch: Path, tracer: Any) -> dict[str, Any]:
-    from langchain_core.messages import HumanMessage
-
-    from adapters.langchain import GuardMiddleware
-    from guardrail.core.guard import Guard
-    from traces.tasks import make_task
-    from verifiers import VerifierLayer
-
-    guard = Guard([VerifierLayer(_task_spec(make_task(TOUR_SEED)))], mode="report", tracer=tracer)
-    graph, task, _, config = _tour_agent(scratch, "verifier", middleware=[GuardMiddleware(guard)])
-    with tracer.start_as_current_span("invoke_agent demo-verifier", attributes={"gen_ai.operation.name": "invoke_agent"}):
-        final = graph.invoke({"messages": [HumanMessage(task.prompt)]}, config)
-    findings = [Finding.model_validate(f) for f in final.get("guardrail_findings", [])]
-    return {"answer": final["messages"][-1].content, "expected_total": task.expected_total,
-            "findings": findings, "caught": [f.check for f in findings if f.blocking]}
-
-
-def _scene_repair(scratch: Path, tracer: Any) -> dict[str, Any]:
-    from langchain_core.messages import HumanMessage
-
-    from adapters.langgraph_repair import run_langgraph
-    from guardrail.core.guard import Guard
-    from repair import CircuitBreaker, Repairer
-    from verifiers import VerifierLayer
-
-    graph, task, policy, config = _tour_agent(scratch, "repair")
-    guard = Guard([VerifierLayer(_task_spec(task))], mode="intervene", tracer=tracer)
-    repairer = Repairer(guard, breaker=CircuitBreaker(step_budget=4 * policy.max_steps), tracer=tracer)
-    outcome = run_langgraph(repairer, graph, {"messages": [HumanMessage(task.prompt)]}, config, task=task.prompt,
-                                     tools=task.tools)
-    attempt = outcome.attempts[0] if outcome.attempts else None
-    return {"outcome": outcome.outcome, "original_answer": outcome.original_answer, "answer": outcome.answer,
-            "expected_total": task.expected_total, "rung": attempt.rung if attempt else None,
-            "target_step": attempt.target_step if attempt else None,
-            "fork_checkpoint": attempt.checkpoint_id if attempt else None,
-            "hint": attempt.hint if attempt else None, "attempts": len(outcome.attempts),
-            "extra_model_calls": sum(a.extra_model_calls for a in outcome.attempts)}
-
-
-# --------------------------------------------------------------------------- scene 4: monitor
-def _fit_monitor(out: Path) -> tuple[Any, list[Episode]]:
-    from monitors import StepMonitor
-    from monitors.model_file import save_monitor
-    from traces.collect import collect
-
-    healthy, _ = collect("autogen", MONITOR_HEALTHY_RUNS, MONITOR_SEED, classes=["healthy"], healthy_share=1.0,
-                         show_progress=False)
-    monitor = StepMonitor().fit(healthy)  # the cross-fit conformal threshold over every healthy run
-    save_monitor(monitor, out / "monitor.npz")
-    return monitor, healthy
-
-
-async def _team_run(monitor: Any, tracer: Any) -> tuple[dict[str, Any], Episode]:
+async def _autogen_run(guard: Any, index: int, *, tracer: Any, fault: str | None = None) -> dict[str, Any]:
     from autogen_agentchat.conditions import MaxMessageTermination
     from autogen_agentchat.teams import RoundRobinGroupChat
 
     from adapters.autogen import AutoGenGuard
-    from guardrail.core.guard import Guard
-    from monitors.layer import MonitorLayer
     from traces.agents import build_autogen_agent
     from traces.injectors import make_injector
     from traces.models import ScriptedChatCompletionClient
@@ -236,37 +121,63 @@ async def _team_run(monitor: Any, tracer: Any) -> tuple[dict[str, Any], Episode]
     from traces.tools import BOOKING_TOOLS, BookingDB, booking_tools
 
     db = BookingDB()
-    task = make_task(MONITOR_SEED + 100, db=db)
-    policy = Policy(seed=MONITOR_SEED + 100)
-    box = booking_tools(db, fault=make_injector("tool_cascade", onset=1, seed=MONITOR_SEED))
-    recorder = _EpisodeRecorder()
-    guarded = AutoGenGuard(Guard([MonitorLayer(monitor), recorder], tracer=tracer), task=task.prompt)
+    task = make_task(SEED * 2000 + index, db=db, kinds=TASK_KINDS)
+    policy = Policy(seed=SEED * 2000 + index)
+    box = booking_tools(db, fault=make_injector(fault, onset=1, seed=index) if fault else None)
+    guarded = AutoGenGuard(guard, task=task.prompt)
     agent, _ = build_autogen_agent(task, policy, toolbox=box, workbench=guarded.workbench(box.autogen_tools(BOOKING_TOOLS)),
                                    client=guarded.model_client(ScriptedChatCompletionClient(policy), agent="booking_agent"))
     team = RoundRobinGroupChat([agent], termination_condition=guarded.termination() | MaxMessageTermination(6))
-    with tracer.start_as_current_span("invoke_agent demo-monitor", attributes={"gen_ai.operation.name": "invoke_agent"}):
+    with tracer.start_as_current_span(f"invoke_agent demo-autogen-{index}"):
         result = await team.run(task=task.prompt)
-        await guarded.afinish(result)
-    alarms = [f for d in guarded.decisions for f in d.findings if f.severity is Severity.ALARM]
-    episode = recorder.episodes[0]
-    episode.label, episode.tau = "tool_cascade", 1
-    return ({"stop_reason": result.stop_reason, "alarm": alarms[0].message if alarms else None,
-             "alarm_step": alarms[0].step if alarms else None, "steps": len(episode.steps)}, episode)
+        decision = await guarded.afinish(result)
+    alarms = [f for d in guarded.decisions for f in d.findings if f.severity.value == "alarm"]
+    return {"episode_id": decision.episode_id, "verdict": decision.verdict.value, "stop_reason": result.stop_reason,
+            "alarm": alarms[0].message if alarms else None, "alarm_step": alarms[0].step if alarms else None}
 
 
-class _EpisodeRecorder(Layer):
-    """Keeps the finished episode (with the steps the adapter fed) for the report."""
+# --------------------------------------------------------------------------- the scenes
+def _record(store: str, tracer: Any) -> dict[str, Any]:
+    from guardrail import Guard
 
-    name = "recorder"
+    guard = Guard.default(record=store, mode="intervene", tracer=tracer)  # nothing else: zero configuration
+    langgraph = [_langgraph_run(guard, i, tracer=tracer) for i in range(FIT_RUNS)]
+    slipped = _langgraph_run(guard, FIT_RUNS, tracer=tracer, slip="drop_argument")
 
-    def __init__(self) -> None:
-        self.episodes: list[Episode] = []
+    async def autogen_runs() -> list[dict[str, Any]]:
+        return [await _autogen_run(guard, i, tracer=tracer) for i in range(FIT_RUNS)]
 
-    def on_finish(self, ctx: EpisodeContext, episode: Episode) -> None:
-        self.episodes.append(episode.model_copy(deep=True))
+    autogen = asyncio.run(autogen_runs())
+    guard.label(slipped["episode_id"], "failed")  # the user looked at it
+    guard.close()
+    return {"langgraph_runs": len(langgraph), "autogen_runs": len(autogen), "slipped": slipped,
+            "flagged": sum(r["verdict"] != "allow" for r in [*langgraph, *autogen])}
 
 
-# --------------------------------------------------------------------------- the whole demo
+def _cli(*argv: str) -> tuple[int, str]:
+    """Run a `guardrail` command in this process, as a user types it; (exit status, what it printed)."""
+    from guardrail.core.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return status, out.getvalue() + err.getvalue()
+
+
+def _redeploy(store: str, out: Path, scratch: Path, tracer: Any) -> dict[str, Any]:
+    from adapters.langgraph_repair import sqlite_checkpointer
+    from guardrail import Guard
+
+    guard = Guard.default(model=str(out / "monitor.npz"), spec=str(out / "spec.json"), record=store,
+                          mode="intervene", repair=True, repair_options={"tracer": tracer}, tracer=tracer)
+    repaired = _langgraph_run(guard, FIT_RUNS + 1, tracer=tracer, slip="arithmetic", repair=True,
+                              checkpointer=sqlite_checkpointer(scratch / "checkpoints.sqlite"))
+    healthy = _langgraph_run(guard, FIT_RUNS + 2, tracer=tracer)
+    alarmed = asyncio.run(_autogen_run(guard, FIT_RUNS + 1, tracer=tracer, fault="tool_cascade"))
+    guard.close()
+    return {"repaired": repaired, "healthy": healthy, "alarmed": alarmed}
+
+
 def _tracing() -> tuple[Any, Any, Any]:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
@@ -281,90 +192,70 @@ def _tracing() -> tuple[Any, Any, Any]:
     return provider, exporter, provider.get_tracer("guardrail")
 
 
-def _report(out: Path, monitor: Any, healthy: list[Episode], monitored: Episode, scenes: dict[str, Any]) -> Path:
-    from guardrail.app.report import ReportData, _row, _table, write_report
-    from guardrail.core.corpus import write_corpus
-
-    episodes = [monitored, *healthy[(len(healthy) * 3) // 5:]]
-    write_corpus(out / "corpus", episodes, name="demo", generator={"tool": "guardrail demo"})
-    data = ReportData(title="guardrail demo", threshold=float(monitor.threshold_),
-                      rows=[_row("demo", e, monitor, None) for e in episodes],
-                      gate_findings=scenes["gate"]["findings"])
-    verifier = scenes["verifier"]
-    catch_table = _table([{"check": f.check, "step": f.step, "message": f.message, "hint": f.hint}
-                          for f in verifier["findings"]], ["check", "step", "message", "hint"])
-    repair = scenes["repair"]
-    repair_table = _table([{k: repair[k] for k in ("outcome", "original_answer", "answer", "expected_total", "rung",
-                                                   "target_step", "fork_checkpoint", "extra_model_calls")}],
-                          ["outcome", "original_answer", "answer", "expected_total", "rung", "target_step",
-                           "fork_checkpoint", "extra_model_calls"])
-    sections = [("Verifier catch (LangGraph testbed agent, the task's spec)", catch_table),
-                ("Rollback repair (LangGraph, SQLite checkpointer)", repair_table)]
-    return write_report(data, out / "report", extra_sections=sections)
-
-
 def run_demo(out_dir: str | Path = "out/demo") -> dict[str, Any]:
-    """Run the four scenes; write spans.json, summary.json, monitor.npz, corpus/ and report/ under `out_dir`."""
+    """Run the five scenes; write the store, the fitted files, runs.txt, the report, spans and summary under `out_dir`."""
     started = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in ("runs.db", "runs.db-wal", "runs.db-shm"):
+        (out / stale).unlink(missing_ok=True)  # each demo records a fresh deployment
+    store = f"sqlite:///{out / 'runs.db'}"
     provider, exporter, tracer = _tracing()
-    scenes: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="guardrail-demo-") as scratch_name:
-        scratch = Path(scratch_name)
-        scenes["gate"] = _scene_gate(scratch, tracer)
-        scenes["verifier"] = _scene_verifier(scratch, tracer)
-        scenes["repair"] = _scene_repair(scratch, tracer)
-        monitor, healthy = _fit_monitor(out)
-        scenes["monitor"], monitored = asyncio.run(_team_run(monitor, tracer))
-    report = _report(out, monitor, healthy, monitored, scenes)
+    summary: dict[str, Any] = {"store": store}
+    with tempfile.TemporaryDirectory(prefix="guardrail-demo-") as scratch:
+        summary["record"] = _record(store, tracer)
+        status, said = _cli("label", store, "--clean-as", "healthy")
+        summary["label"] = said.strip()
+        status_fit, said_fit = _cli("fit", store, "-o", str(out / "monitor.npz"), "--quiet")
+        status_spec, said_spec = _cli("fit-spec", store, "-o", str(out / "spec.json"))
+        if status or status_fit or status_spec:
+            raise RuntimeError(f"the demo's own commands failed:\n{said}\n{said_fit}\n{said_spec}")
+        summary["fit"] = said_fit.strip().splitlines()[-1]
+        summary["fit_spec"] = [line for line in said_spec.splitlines() if line.startswith(("fitted", "wrote"))]
+        summary["redeploy"] = _redeploy(store, out, Path(scratch), tracer)
+    _, runs = _cli("runs", store)
+    atomic_write_text(out / "runs.txt", runs)
+    summary["runs"] = runs.strip().splitlines()[-1]
+    from guardrail.app.report import build_report
+
+    report, _ = build_report([store], out / "monitor.npz", out / "report", spec=str(out / "spec.json"),
+                             show_progress=False)
+    summary["report"] = str(report)
     provider.force_flush()
     spans = [span_record(s) for s in exporter.get_finished_spans()]
     atomic_write_text(out / "spans.json", json.dumps(spans, indent=1, default=str))
-    summary = {
-        "gate": {k: v for k, v in scenes["gate"].items() if k != "findings"},
-        "verifier": {**{k: v for k, v in scenes["verifier"].items() if k != "findings"},
-                     "findings": [f.message for f in scenes["verifier"]["findings"]]},
-        "repair": scenes["repair"],
-        "monitor": scenes["monitor"],
-        "spans": dict(Counter(s["name"] for s in spans)),
-        "report": str(report),
-        "out_dir": str(out),
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    summary["spans"] = dict(Counter(s["name"] for s in spans if s["name"].startswith("guardrail.")))
+    summary["out_dir"] = str(out)
+    summary["seconds"] = round(time.perf_counter() - started, 2)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
     write = sys.stdout.write
-    gate, verifier, repair, monitor = (summary[k] for k in ("gate", "verifier", "repair", "monitor"))
-    write("guardrail demo\n\n1. gate (LangGraph create_agent + GuardMiddleware, SQLite checkpointer)\n")
-    for item in gate["blocked"]:
-        write(f"   BLOCKED {item['tool']}: {item['message']}\n")
-    write(f"   the agent's next reply (pre-written in this scripted demo): {gate['answer']}\n")
-    write("\n2. verifier (testbed booking agent on LangGraph, arithmetic slip)\n")
-    write(f"   answer: {verifier['answer'][:100]}  (true total ${verifier['expected_total']:g})\n")
-    for message in verifier["findings"]:
-        write(f"   CAUGHT {message}\n")
-    write("\n3. rollback repair (Repairer forks the LangGraph thread from its checkpoint)\n")
-    write(f"   {repair['original_answer'][:80] if repair['original_answer'] else None}\n")
-    write(f"   -> forked before step {repair['target_step']} (checkpoint {repair['fork_checkpoint']}), "
-          f"rung {repair['rung']}: {repair['answer'][:80] if repair['answer'] else None}\n")
-    write(f"   outcome: {repair['outcome']} after {repair['attempts']} attempt(s), "
-          f"{repair['extra_model_calls']} extra model call(s)\n")
-    write("\n4. monitor (AutoGen team, tools start failing; monitor fitted on healthy AutoGen runs)\n")
-    write(f"   ALARM {monitor['alarm']}\n   team stopped: {monitor['stop_reason']}\n")
-    write("\nspans (GenAI and guard spans; all of them are in spans.json):\n")
-    shown = {n: c for n, c in summary["spans"].items() if n.startswith(_SHOWN_SPANS)}
-    for name, count in sorted(shown.items()):
-        write(f"  {count:4d}  {name}\n")
-    write(f"  {sum(summary['spans'].values()) - sum(shown.values()):4d}  others (AutoGen runtime messaging)\n")
-    write(f"\nwrote {summary['out_dir']}/spans.json, summary.json, monitor.npz, corpus/ and {summary['report']} "
-          f"in {summary['seconds']} s\n")
-
-
-_SHOWN_SPANS = ("guardrail.", "invoke_agent", "execute_tool", "chat")
+    record, redeploy = summary["record"], summary["redeploy"]
+    slipped = record["slipped"]
+    write("guardrail demo: guard, record, label, fit, redeploy\n\n")
+    write(f"1. guard with no configuration, record to {summary['store']}\n")
+    write(f"   {record['langgraph_runs']} LangGraph + {record['autogen_runs']} AutoGen runs recorded; "
+          f"the one whose model dropped an argument:\n")
+    for message in slipped["blocked"][:1]:
+        write(f"   BLOCKED {message}\n")
+    write(f"   the agent read the hint and finished: {slipped['answer'][:90]}\n")
+    write(f"\n2. label\n   {summary['label']}; the slipped run labelled 'failed' (guard.label)\n")
+    write(f"\n3. fit on the healthy runs\n   {summary['fit']}\n")
+    for line in summary["fit_spec"]:
+        write(f"   {line}\n")
+    repaired, alarmed = redeploy["repaired"], redeploy["alarmed"]
+    record_ = repaired["repair"] or {}
+    write("\n4. redeploy with the fitted model and spec\n")
+    write(f"   LangGraph run with a slipped sum: {record_.get('original_answer', '')[:70]}\n")
+    write(f"   -> {record_.get('outcome')} inside the run (rung {record_.get('rung')}, forked at checkpoint "
+          f"{record_.get('fork_checkpoint')}): {repaired['answer'][:70]}\n")
+    write(f"   AutoGen team, tools start failing: ALARM {alarmed['alarm']}\n   team stopped: {alarmed['stop_reason'][:100]}\n")
+    write(f"\n5. look\n   guardrail runs {summary['store']}: {summary['runs']} (all of it in runs.txt)\n")
+    write(f"\nwrote {summary['out_dir']}/runs.db, monitor.npz, spec.json, runs.txt, spans.json, summary.json and "
+          f"{summary['report']} in {summary['seconds']} s\n")
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -378,8 +269,10 @@ def _run(args: argparse.Namespace) -> int:
         emit_json(summary)
     else:
         _print_summary(summary)
-    return 0 if summary["gate"]["blocked"] else 1
+    ok = summary["record"]["slipped"]["blocked"] and (summary["redeploy"]["repaired"]["repair"] or {}).get(
+        "outcome") == "repaired" and summary["redeploy"]["alarmed"]["alarm"]
+    return 0 if ok else 1
 
 
-DEMO = Command(help="run guarded LangGraph and AutoGen agents end to end and show what the guard did",
+DEMO = Command(help="guard, record, label, fit and redeploy real LangGraph and AutoGen agents, end to end",
                add_arguments=_add_arguments, run=_run)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from guardrail.core.cliutil import Command, emit_json, print_table
 from guardrail.core.corpus import CorpusError, read_corpus, read_episodes
 from guardrail.core.engine import add_engine_arguments, engine_from_args
 from guardrail.core.events import Episode
+from guardrail.core.runstore import absolute_location
 from verifiers.offline import verify_episode
 from verifiers.spec import CHECKS, SpecError, VerifierSpec, load_spec, pick_spec
 
@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     for issue in corpus.issues:
         sys.stderr.write(f"guardrail verify: problem reading the corpus: {issue}\n")
     spec_ref = args.spec if args.spec else spec.name
-    shards = shards_for(str(Path(args.corpus).resolve()), [e.episode_id for e in corpus.episodes], spec_ref)
+    shards = shards_for(absolute_location(args.corpus), [e.episode_id for e in corpus.episodes], spec_ref)
     with engine_from_args(args) as engine:
         results = engine.map(verify_shard, shards)
     records = [record for shard in results for record in shard]

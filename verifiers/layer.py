@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from guardrail.core.events import Action, Episode, Finding, Result, Step, StepKind
+from guardrail.core.fileio import sha256_bytes, sha256_file
 from guardrail.core.layer import EpisodeContext, Layer
 from verifiers.contract import Contract, classify_result
 from verifiers.grounding import GroundingLedger
 from verifiers.observed import Call, call_from_event
 from verifiers.offline import contract_findings, end_of_run_findings
-from verifiers.spec import VerifierSpec, load_spec
+from verifiers.spec import VerifierSpec, dump_spec, load_spec
 
 __all__ = ["VerifierLayer"]
 
@@ -44,6 +45,13 @@ class VerifierLayer(Layer):
                  contracts: Mapping[str, Contract] | None = None) -> None:
         self.spec: VerifierSpec = spec if isinstance(spec, VerifierSpec) else load_spec(spec)
         self.contracts = contracts
+        if isinstance(spec, str | os.PathLike) and os.path.isfile(spec):
+            self.spec_sha256 = sha256_file(spec)  # what `sha256sum spec.json` says: the file that judges
+        else:
+            self.spec_sha256 = sha256_bytes(dump_spec(self.spec).encode("utf-8"))
+
+    def versions(self) -> dict[str, str]:
+        return {"spec_sha256": self.spec_sha256}
 
     def new_state(self, ctx: EpisodeContext) -> _RunState:
         spec = self.spec.for_run(ctx.episode.tools, ctx.task)

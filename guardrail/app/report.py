@@ -1,11 +1,21 @@
-"""`guardrail report CORPUS... --model MODEL -o DIR`: an HTML report with PNG plots of scores, detection and findings."""
+"""`guardrail report STORE|CORPUS... [--model M] -o DIR`: a static site you can open a run in.
+
+    guardrail report sqlite:///runs.db --model monitor.npz -o out/report    # then open out/report/index.html
+
+The index holds the summary (alarm rate per label with its interval, the alarm budget, the drift
+verdict) and every episode in a list filterable by label, verdict, layer that fired, framework
+and date, each with its score line. Each episode has a page: its task, every step's tool calls
+with arguments and results (content only where it was recorded), the answer, every finding at
+its step, the score per step (and, re-scored with ``--model``, per detector and channel) against
+the threshold, the decisions, and live and shadow side by side where a shadow ran. Pages are
+self-contained HTML (`guardrail.app.site`, plots in `guardrail.app.svg`): no server, no network.
+"""
 
 from __future__ import annotations
 
 import argparse
 import html
-import json
-import re
+import math
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -13,18 +23,175 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guardrail.app.site import SiteData, SiteEpisode, as_dict, write_site
 from guardrail.core.cliutil import Command, emit_json, progress
-from guardrail.core.events import Episode, Finding
-from guardrail.core.fileio import atomic_write_bytes, atomic_write_text
+from guardrail.core.events import Episode, Finding, Step, StepKind
 
-__all__ = ["REPORT", "EpisodeRow", "ReportData", "build_report", "score_corpora", "write_report"]
-
-MAX_STREAM_PLOTS = 12  # per corpus: the report shows this many score streams (failures first), not thousands
+__all__ = ["REPORT", "EpisodeRow", "ReportData", "build_report", "build_site", "score_corpora", "site_episode",
+           "write_report"]
 
 
+# --------------------------------------------------------------------------- one episode
+def _recorded_scores(episode: Episode) -> list[float | None]:
+    out: list[float | None] = []
+    for step in episode.steps:
+        guard = step.meta.get("guard") if isinstance(step.meta, dict) else None
+        score = guard.get("score") if isinstance(guard, dict) else None
+        out.append(float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None)
+    return out
+
+
+def _shadow_scores(episode: Episode) -> dict[str, list[float | None]]:
+    names = sorted({name for s in episode.steps if isinstance(s.meta.get("shadow"), dict) for name in s.meta["shadow"]})
+    out: dict[str, list[float | None]] = {}
+    for name in names:
+        values: list[float | None] = []
+        for step in episode.steps:
+            entry = (step.meta.get("shadow") or {}).get(name) if isinstance(step.meta.get("shadow"), dict) else None
+            score = entry.get("score") if isinstance(entry, dict) else None
+            values.append(float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None)
+        if any(v is not None for v in values):
+            out[name] = values
+    return out
+
+
+def _rescore(model: Any, episode: Episode) -> tuple[list[float | None], dict[str, list[float | None]], int | None]:
+    stream = model.start(episode.task)
+    fused: list[float | None] = []
+    channels: dict[str, list[float | None]] = defaultdict(list)
+    for i, step in enumerate(episode.steps):
+        fused.append(float(stream.update(step)))
+        for name, value in stream.channel_scores().items():
+            channels[name].extend([None] * (i - len(channels[name])))
+            channels[name].append(float(value))
+    return fused, dict(channels), stream.alarm_step
+
+
+def _finding_dict(finding: Any) -> dict[str, Any]:
+    if isinstance(finding, Finding):
+        return {"layer": finding.layer, "check": finding.check, "severity": finding.severity.value,
+                "step": finding.step, "blocking": finding.blocking, "message": finding.message, "hint": finding.hint}
+    return {k: finding.get(k) for k in ("layer", "check", "severity", "step", "blocking", "message", "hint")}
+
+
+def site_episode(source: str, episode: Episode, model: Any = None, findings: Sequence[Any] = (),
+                 model_sha256: str | None = None) -> SiteEpisode:
+    """One episode for the site: the live guard's recorded scores, and with `model` every detector and channel."""
+    run = as_dict(episode.meta.get("run"))
+    recorded = _recorded_scores(episode)
+    out = SiteEpisode(source=source, episode=episode, shadow_scores=_shadow_scores(episode))
+    out.findings = [_finding_dict(f) for f in [*run.get("findings", []), *findings] if isinstance(f, dict | Finding)]
+    alarm = next((f.get("step") for f in out.findings if f.get("severity") == "alarm" and f.get("layer") == "monitor"),
+                 None)
+    if any(v is not None for v in recorded):
+        out.scores, out.score_origin = recorded, "recorded"
+    if model is not None and episode.steps:
+        fused, out.channels, stream_alarm = _rescore(model, episode)
+        out.threshold = float(model.threshold_) if math.isfinite(model.threshold_) else None
+        if out.score_origin is None:
+            out.scores, out.score_origin = fused, "re-scored with --model"
+            alarm = alarm if alarm is not None else stream_alarm
+        judged = (run.get("versions") or {}).get("model_sha256") if isinstance(run.get("versions"), dict) else None
+        if judged and model_sha256 and judged != model_sha256:
+            out.notes.append(f"channels re-scored with --model (sha256 {model_sha256[:12]}); this run was judged by "
+                             f"{judged[:12]}: the live line is that model's")
+    out.alarm_step = alarm if isinstance(alarm, int) else None
+    return out
+
+
+# --------------------------------------------------------------------------- the summary
+def summary_rows(episodes: Sequence[SiteEpisode]) -> list[dict[str, Any]]:
+    """Per source and label: episodes, alarm rate with its 95% Clopper-Pearson interval, median delay, flagged share."""
+    from monitors.calibration import binomial_ci
+
+    groups: dict[tuple[str, str], list[SiteEpisode]] = defaultdict(list)
+    for e in episodes:
+        groups[(e.source, e.episode.label)].append(e)
+    out = []
+    for (source, label), rows in sorted(groups.items()):
+        alarms = sum(r.alarm_step is not None for r in rows)
+        delays = sorted(r.alarm_step - r.episode.tau for r in rows if r.alarm_step is not None
+                        and r.episode.tau is not None)
+        flagged = sum(1 for r in rows if any(f.get("blocking") for f in r.findings))
+        out.append({"source": source, "label": label, "episodes": len(rows), "alarm_rate": alarms / len(rows),
+                    "alarm_rate_ci": binomial_ci(alarms, len(rows)),
+                    "median_delay": delays[len(delays) // 2] if delays else None, "flagged": flagged / len(rows)})
+    return out
+
+
+# --------------------------------------------------------------------------- sources
+def _is_store(location: str) -> bool:
+    from guardrail.core.runstore import is_store_dir, is_store_url
+
+    return is_store_url(location) or is_store_dir(location)
+
+
+def _read_source(location: str, notes: list[str]) -> tuple[str, list[Episode]]:
+    from guardrail.core.corpus import CorpusIssue
+
+    if _is_store(location):
+        from guardrail.core.runstore import open_store
+
+        problems: list[CorpusIssue] = []
+        with open_store(location, create=False) as store:
+            episodes = list(store.episodes(problems=problems))
+        notes.extend(f"{location}: {p}" for p in problems[:20])
+        name = location.rstrip("/").rsplit("/", 1)[-1] or location
+        return name, episodes
+    from guardrail.core.corpus import read_corpus
+
+    corpus = read_corpus(location)
+    notes.extend(f"{corpus.name}: {issue}" for issue in corpus.issues[:20])
+    return corpus.name, list(corpus.episodes)
+
+
+def build_site(sources: Sequence[str | Path], *, model_path: str | Path | None = None, spec: Any = None,
+               title: str = "guardrail report", show_progress: bool = True) -> SiteData:
+    """Everything `guardrail report` shows, read from run stores and corpora (see the module docstring)."""
+    model = sha = None
+    data = SiteData(title=title, sources=[str(s) for s in sources])
+    if model_path is not None:
+        from guardrail.core.fileio import sha256_file
+        from monitors.model_file import load_monitor
+
+        model, sha = load_monitor(model_path), sha256_file(model_path)
+        data.model, data.threshold = str(model_path), float(model.threshold_)
+        calibration = getattr(model, "calibration_", None)
+        data.calibration = calibration.describe() if calibration is not None else None
+    verify = None
+    if spec is not None:
+        from verifiers.offline import verify_episode
+        from verifiers.spec import load_spec
+
+        verify = (verify_episode, load_spec(spec) if isinstance(spec, str | Path) else spec)
+    for location in sources:
+        name, episodes = _read_source(str(location), data.notes)
+        for episode in progress(episodes, desc=f"report {name}", total=len(episodes), enabled=show_progress):
+            findings = list(verify[0](episode, verify[1]).findings) if verify is not None else []
+            data.episodes.append(site_episode(name, episode, model, findings, sha))
+    data.summary = summary_rows(data.episodes)
+    if model is not None:
+        data.drift = _drift(data, model, sources, sha)
+    return data
+
+
+def _drift(data: SiteData, model: Any, sources: Sequence[str | Path], sha: str | None) -> dict[str, Any] | None:
+    from guardrail.app.drift import drift_report, healthy_runs
+
+    episodes: list[Episode] = []
+    notes: list[str] = []
+    for location in sources:
+        runs, said = healthy_runs(str(location), model_sha256=sha if _is_store(str(location)) else None)
+        episodes.extend(runs)
+        notes.extend(said)
+    report = drift_report(model, episodes, notes=notes)
+    return report.to_json()
+
+
+# --------------------------------------------------------------------------- the programmatic report (demo, tests)
 @dataclass
 class EpisodeRow:
-    """One episode as the report shows it."""
+    """One episode as a `ReportData` report holds it (scored by a model; the episode kept for its page)."""
 
     corpus: str
     episode_id: str
@@ -34,6 +201,8 @@ class EpisodeRow:
     scores: list[float] = field(default_factory=list)
     alarm_step: int | None = None
     findings: list[Finding] = field(default_factory=list)
+    episode: Episode | None = None
+    channels: dict[str, list[float | None]] = field(default_factory=dict)
 
     @property
     def detected(self) -> bool:
@@ -48,35 +217,50 @@ class EpisodeRow:
 
 @dataclass
 class ReportData:
-    """Everything one report shows: the rows, the threshold, and findings not tied to a corpus (the gate's)."""
+    """A report built in code: scored rows, the threshold, and findings not tied to a row (a scene's, the gate's)."""
 
     title: str
     threshold: float | None
     rows: list[EpisodeRow] = field(default_factory=list)
     gate_findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    calibration: Any = None  # the model's monitors.calibration.Calibration, when it has one
+    calibration: Any = None
+    other_findings: list[tuple[str, Finding]] = field(default_factory=list)
+
+    def site_episodes(self) -> list[SiteEpisode]:
+        out = []
+        for row in self.rows:
+            episode = row.episode or Episode(episode_id=row.episode_id, label=row.label, tau=row.tau,
+                                             steps=[Step(index=i, kind=StepKind.TEXT) for i in range(row.steps)])
+            item = SiteEpisode(source=row.corpus, episode=episode, scores=list(row.scores),
+                               score_origin="re-scored with the report's model" if row.scores else None,
+                               channels=dict(row.channels), threshold=self.threshold, alarm_step=row.alarm_step,
+                               findings=[_finding_dict(f) for f in row.findings])
+            out.append(item)
+        return out
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per corpus and label: episodes, alarm rate (for healthy: the false-alarm rate) with its 95%
-        Clopper-Pearson interval, median delay, verifier flags."""
-        from monitors.calibration import binomial_ci
+        """Per corpus and label: episodes, alarm rate (healthy: false alarms) with its 95% Clopper-Pearson
+        interval, median delay, the share the verifiers flagged."""
+        rows = summary_rows(self.site_episodes())
+        return [{"corpus": r["source"], "label": r["label"], "episodes": r["episodes"], "alarm_rate": r["alarm_rate"],
+                 "alarm_rate_ci": r["alarm_rate_ci"], "median_delay": r["median_delay"],
+                 "verifier_flagged": r["flagged"]} for r in rows]
 
-        groups: dict[tuple[str, str], list[EpisodeRow]] = defaultdict(list)
-        for row in self.rows:
-            groups[(row.corpus, row.label)].append(row)
-        out = []
-        for (corpus, label), rows in sorted(groups.items()):
-            delays = sorted(r.delay for r in rows if r.delay is not None)
-            alarms = sum(r.detected for r in rows)
-            out.append({
-                "corpus": corpus, "label": label, "episodes": len(rows),
-                "alarm_rate": alarms / len(rows),
-                "alarm_rate_ci": binomial_ci(alarms, len(rows)),
-                "median_delay": delays[len(delays) // 2] if delays else None,
-                "verifier_flagged": sum(1 for r in rows if any(f.blocking for f in r.findings)) / len(rows),
-            })
-        return out
+
+def _row(corpus: str, episode: Episode, model: Any, verify: Any) -> EpisodeRow:
+    findings: list[Finding] = []
+    if verify is not None:
+        verify_episode, spec = verify
+        findings = list(verify_episode(episode, spec).findings)
+    fused: list[float | None] = []
+    channels: dict[str, list[float | None]] = {}
+    alarm = None
+    if episode.steps:
+        fused, channels, alarm = _rescore(model, episode)
+    return EpisodeRow(corpus=corpus, episode_id=episode.episode_id, label=episode.label, tau=episode.tau,
+                      steps=len(episode.steps), scores=[float(s) for s in fused if s is not None], alarm_step=alarm,
+                      findings=findings, episode=episode, channels=channels)
 
 
 def score_corpora(paths: Sequence[str | Path], model: Any, *, spec: Any = None,
@@ -89,8 +273,7 @@ def score_corpora(paths: Sequence[str | Path], model: Any, *, spec: Any = None,
         from verifiers.offline import verify_episode
         from verifiers.spec import load_spec
 
-        spec_obj = load_spec(spec) if isinstance(spec, str) else spec
-        verify = (verify_episode, spec_obj)
+        verify = (verify_episode, load_spec(spec) if isinstance(spec, str) else spec)
     data = ReportData(title="guardrail report", threshold=float(model.threshold_),
                       calibration=getattr(model, "calibration_", None))
     for path in paths:
@@ -102,119 +285,8 @@ def score_corpora(paths: Sequence[str | Path], model: Any, *, spec: Any = None,
     return data
 
 
-def _row(corpus: str, episode: Episode, model: Any, verify: Any) -> EpisodeRow:
-    scored = model.score_episode(episode) if episode.steps else None
-    findings: list[Finding] = []
-    if verify is not None:
-        verify_episode, spec = verify
-        findings = list(verify_episode(episode, spec).findings)
-    return EpisodeRow(corpus=corpus, episode_id=episode.episode_id, label=episode.label, tau=episode.tau,
-                      steps=len(episode.steps), scores=[float(s) for s in (scored.scores if scored else [])],
-                      alarm_step=scored.alarm_step if scored else None, findings=findings)
-
-
-# --------------------------------------------------------------------------- plots
-def plain_text(text: str) -> str:
-    """`text` as matplotlib draws it literally: every ``$`` escaped, so nothing reaches its mathtext parser.
-
-    Episode ids, labels and corpus names come from corpora anyone can write; one ``$\\frac{$`` used
-    to abort the whole report.
-    """
-    return text.replace("$", r"\$")
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:80] or "x"
-
-
-def _save(figure: Any, path: Path) -> None:
-    import io
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def plot_streams(data: ReportData, out: Path) -> list[tuple[str, str]]:
-    """Score streams against the threshold, onset marked; one PNG per corpus. Returns (corpus, file) pairs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    files = []
-    by_corpus: dict[str, list[EpisodeRow]] = defaultdict(list)
-    for row in data.rows:
-        if row.scores:
-            by_corpus[row.corpus].append(row)
-    for corpus, rows in sorted(by_corpus.items()):
-        chosen = sorted(rows, key=lambda r: (r.label == "healthy", r.episode_id))[:MAX_STREAM_PLOTS]
-        columns = 3
-        lines = (len(chosen) + columns - 1) // columns
-        figure, axes = plt.subplots(lines, columns, figsize=(4 * columns, 2.4 * lines), squeeze=False)
-        for axis, row in zip(axes.flat, chosen, strict=False):
-            axis.plot(range(len(row.scores)), row.scores, marker="o", markersize=3, color="#1f77b4")
-            if data.threshold is not None:
-                axis.axhline(data.threshold, color="#d62728", linestyle="--", linewidth=1, label="threshold")
-            if row.tau is not None:
-                axis.axvline(row.tau, color="#ff7f0e", linewidth=1.5, label="onset")
-            if row.alarm_step is not None:
-                axis.plot([row.alarm_step], [row.scores[row.alarm_step]], marker="x", color="#d62728", markersize=9)
-            axis.set_title(plain_text(f"{row.episode_id[:28]} ({row.label})"), fontsize=8)
-            axis.tick_params(labelsize=7)
-            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        for axis in list(axes.flat)[len(chosen):]:
-            axis.axis("off")
-        figure.suptitle(plain_text(f"{corpus}: step scores (dashed: threshold, orange: onset, x: alarm)"),
-                        fontsize=10)
-        figure.tight_layout()
-        name = f"streams_{_slug(corpus)}.png"
-        _save(figure, out / name)
-        plt.close(figure)
-        files.append((corpus, name))
-    return files
-
-
-def plot_detection(data: ReportData, out: Path) -> str | None:
-    """Alarm rate per failure class, one bar per corpus."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    summary = data.summary()
-    if not summary:
-        return None
-    labels = sorted({s["label"] for s in summary}, key=lambda x: (x != "healthy", x))
-    corpora = sorted({s["corpus"] for s in summary})
-    rate = {(s["corpus"], s["label"]): s["alarm_rate"] for s in summary}
-    positions = np.arange(len(labels))
-    width = 0.8 / max(1, len(corpora))
-    figure, axis = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.5))
-    for offset, corpus in enumerate(corpora):
-        axis.bar(positions + offset * width, [rate.get((corpus, label), 0.0) for label in labels], width,
-                 label=plain_text(corpus))
-    axis.set_xticks(positions + width * (len(corpora) - 1) / 2, [plain_text(label) for label in labels],
-                    rotation=30, ha="right", fontsize=8)
-    axis.set_ylim(0, 1)
-    axis.set_ylabel("alarm rate (healthy: false alarms)")
-    axis.legend(fontsize=7)
-    name = "detection_by_class.png"
-    _save(figure, out / name)
-    plt.close(figure)
-    return name
-
-
-# --------------------------------------------------------------------------- html
-_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-        "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
-        "th{background:#f0f0f0}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}"
-        ".block{color:#b00}.alarm{color:#b60}code{font-size:12px}")
-
-
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain HTML table of `rows` (every cell escaped), for a report's extra sections."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return f"{value:.3f}"
@@ -225,106 +297,62 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _interval(bounds: Sequence[float] | None) -> str | None:
-    return None if bounds is None else f"{bounds[0]:.3f}-{bounds[1]:.3f}"
+def write_report(data: ReportData, out_dir: str | Path, *, extra_sections: Sequence[tuple[str, str]] = (),
+                 extra_images: Sequence[tuple[str, str]] = ()) -> Path:
+    """Write the site of a `ReportData` into `out_dir` (index.html, episodes/, site.json); returns the index.
 
-
-def _finding_rows(findings: Sequence[Finding], where: str = "") -> list[dict[str, Any]]:
-    return [{"where": where, "layer": f.layer, "check": f.check, "step": f.step, "blocking": f.blocking,
-             "message": f.message[:300], "hint": (f.hint or "")[:200]} for f in findings]
-
-
-def write_report(data: ReportData, out_dir: str | Path, *, extra_images: Sequence[tuple[str, str]] = (),
-                 extra_sections: Sequence[tuple[str, str]] = ()) -> Path:
-    """Write index.html, the PNG plots and summary.json into `out_dir`; returns the HTML path.
-
-    `extra_images` are (caption, file name in out_dir); `extra_sections` (title, trusted HTML).
+    `extra_sections` are (title, trusted HTML); `extra_images` (caption, file name in `out_dir`).
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    streams = plot_streams(data, out)
-    detection = plot_detection(data, out)
-    summary = data.summary()
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(data.title)}</title>",
-             f"<style>{_CSS}</style></head><body><h1>{html.escape(data.title)}</h1>"]
-    if data.threshold is not None:
-        parts.append(f"<p>Monitor threshold: <code>{data.threshold:.4g}</code> (calibrated on healthy runs).</p>")
-    if data.calibration is not None:
-        parts.append(f"<p>Calibration: {html.escape(data.calibration.describe())}.</p>")
-    parts.append("<h2>Summary</h2>")
-    parts.append("<p>alarm_rate_ci: 95% Clopper-Pearson interval of the alarm rate (for healthy episodes, of the "
-                 "false-alarm rate).</p>")
-    shown = [{**row, "alarm_rate_ci": _interval(row["alarm_rate_ci"])} for row in summary]
-    parts.append(_table(shown, ["corpus", "label", "episodes", "alarm_rate", "alarm_rate_ci", "median_delay",
-                                "verifier_flagged"]))
-    for title, section in extra_sections:
-        parts.append(f"<h2>{html.escape(title)}</h2>{section}")
-    if detection:
-        parts.append(f"<h2>Detection by class</h2><img src='{detection}' alt='alarm rate per class'>")
-    if streams:
-        parts.append("<h2>Score streams</h2>")
-        parts.extend(f"<h3>{html.escape(corpus)}</h3><img src='{name}' alt='score streams of {html.escape(corpus)}'>"
-                     for corpus, name in streams)
-    for caption, name in extra_images:
-        parts.append(f"<h3>{html.escape(caption)}</h3><img src='{html.escape(name)}' alt='{html.escape(caption)}'>")
-    verifier_rows = [r for row in data.rows for r in _finding_rows(row.findings, row.episode_id)]
-    parts.append("<h2>Verifier findings</h2>")
-    parts.append(_table(verifier_rows[:500], ["where", "check", "step", "blocking", "message"]) if verifier_rows
-                 else "<p>none</p>")
-    parts.append("<h2>Gate warnings</h2>")
-    gate_rows = _finding_rows(data.gate_findings)
-    parts.append(_table(gate_rows, ["check", "blocking", "message", "hint"]) if gate_rows else "<p>none</p>")
-    episode_rows = [{"corpus": r.corpus, "episode": r.episode_id, "label": r.label, "tau": r.tau, "steps": r.steps,
-                     "alarm_step": r.alarm_step, "max_score": max(r.scores) if r.scores else None,
-                     "findings": len(r.findings)} for r in data.rows]
-    parts.append("<h2>Episodes</h2>")
-    parts.append(_table(episode_rows[:2000], ["corpus", "episode", "label", "tau", "steps", "alarm_step",
-                                              "max_score", "findings"]))
-    if data.notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in data.notes) + "</ul>")
-    parts.append("</body></html>")
-    page = out / "index.html"
-    atomic_write_text(page, "\n".join(parts))
-    calibration = None if data.calibration is None else data.calibration.to_json()
-    atomic_write_text(out / "summary.json", json.dumps({"threshold": data.threshold, "calibration": calibration,
-                                                        "summary": summary}, indent=1))
-    return page
+    site = SiteData(title=data.title, episodes=data.site_episodes(),
+                    sources=sorted({r.corpus for r in data.rows}), threshold=data.threshold,
+                    calibration=None if data.calibration is None else data.calibration.describe(),
+                    notes=list(data.notes))
+    site.model = "the report's model" if data.threshold is not None else None
+    site.summary = summary_rows(site.episodes)
+    site.other_findings = [("gate", _finding_dict(f)) for f in data.gate_findings] + \
+        [(where, _finding_dict(f)) for where, f in data.other_findings]
+    site.sections = list(extra_sections) + [(caption, f"<img src='{html.escape(name, quote=True)}' "
+                                                      f"alt='{html.escape(caption, quote=True)}'>")
+                                            for caption, name in extra_images]
+    return write_site(site, out_dir)
 
 
 def build_report(corpora: Sequence[str | Path], model_path: str | Path, out_dir: str | Path, *,
-                 spec: Any = None, show_progress: bool = True) -> tuple[Path, ReportData]:
-    from monitors.model_file import load_monitor
-
-    model = load_monitor(model_path)
-    data = score_corpora(corpora, model, spec=spec, show_progress=show_progress)
-    return write_report(data, out_dir), data
+                 spec: Any = None, show_progress: bool = True) -> tuple[Path, SiteData]:
+    data = build_site(corpora, model_path=model_path, spec=spec, show_progress=show_progress)
+    return write_site(data, out_dir), data
 
 
+# --------------------------------------------------------------------------- the command
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus directories (guardrail or sentinel)")
-    parser.add_argument("--model", required=True, help="a fitted monitor model file (guardrail fit)")
+    parser.add_argument("sources", nargs="+", metavar="STORE|CORPUS",
+                        help="run stores (a directory, sqlite:///PATH, postgresql://...) or corpus directories")
+    parser.add_argument("--model", default=None, help="a fitted monitor model file: the threshold, every detector "
+                                                      "and channel per step, the alarm budget and the drift verdict")
     parser.add_argument("--spec", default=None, help="also run this verifier spec (a name or a file)")
     parser.add_argument("-o", "--out", default="out/report", help="output directory (default: out/report)")
+    parser.add_argument("--title", default="guardrail report")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def _run(args: argparse.Namespace) -> int:
     from guardrail.core.corpus import CorpusError
+    from guardrail.core.runstore import StoreError
     from monitors.model_file import ModelFileError
 
     try:
-        page, data = build_report(args.corpora, args.model, args.out, spec=args.spec)
-    except (OSError, ValueError, CorpusError, ModelFileError) as exc:  # a missing corpus, model or spec: exit 2
+        data = build_site(args.sources, model_path=args.model, spec=args.spec, title=args.title)
+        page = write_site(data, args.out)
+    except (OSError, ValueError, CorpusError, StoreError, ModelFileError) as exc:
         sys.stderr.write(f"guardrail report: {exc}\n")
         return 2
     if args.json:
-        calibration = None if data.calibration is None else data.calibration.to_json()
-        emit_json({"html": str(page), "threshold": data.threshold, "calibration": calibration,
-                   "summary": data.summary()})
+        emit_json({"html": str(page), "threshold": data.threshold, "calibration": data.calibration,
+                   "drift": data.drift, "summary": data.summary, "episodes": len(data.episodes)})
     else:
-        sys.stdout.write(f"wrote {page} ({len(data.rows)} episodes)\n")
+        sys.stdout.write(f"wrote {page} ({len(data.episodes)} episodes)\n")
     return 0
 
 
-REPORT = Command(help="HTML report: score streams vs threshold, detection per class, verifier and gate findings",
-                 add_arguments=_add_arguments, run=_run)
+REPORT = Command(help="a static site of run stores or corpora: summary with budget and drift, a filterable "
+                      "episode list, one page per episode", add_arguments=_add_arguments, run=_run)

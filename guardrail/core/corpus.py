@@ -46,6 +46,7 @@ __all__ = [
     "parse_tool_text",
     "read_corpus",
     "read_episodes",
+    "read_json_lines",
     "step_from_sentinel",
     "write_corpus",
 ]
@@ -126,9 +127,9 @@ class CorpusIssue:
 
 @dataclass
 class Corpus:
-    path: Path
+    path: Path | str  # a directory, or the URL of a run store (sqlite:///..., postgresql://...)
     name: str
-    kind: Literal["guardrail", "sentinel"]
+    kind: Literal["guardrail", "sentinel", "runs"]
     episodes: list[Episode] = field(default_factory=list)
     issues: list[CorpusIssue] = field(default_factory=list)
     rejected: list[RejectedEntry] = field(default_factory=list)
@@ -197,8 +198,37 @@ def _load_manifest(path: Path) -> Any:
         raise CorpusError(f"{manifest_path}: not valid JSON ({exc})") from exc
 
 
+def _run_store(path: str | os.PathLike[str]) -> Any:
+    """The run store at `path` when it is one (a store URL, or a directory a recorder wrote), else None."""
+    from guardrail.core.runstore import StoreError, is_store_dir, is_store_url, open_store
+
+    if not (is_store_url(path) or is_store_dir(path)):
+        return None
+    try:
+        return open_store(path, create=False)
+    except StoreError as exc:
+        raise CorpusError(str(exc)) from exc
+
+
+def _read_store(store: Any, *, strict: bool) -> Corpus:
+    issues: list[CorpusIssue] = []
+    with store:
+        episodes = list(store.episodes(problems=issues))
+    name = Path(store.url).name if "://" not in store.url else store.url.rsplit("/", 1)[-1] or store.url
+    corpus = Corpus(path=store.url if "://" in store.url else Path(store.url), name=name, kind="runs",
+                    episodes=episodes, issues=issues)
+    errors = [i for i in issues if i.severity == "error"]
+    if strict and errors:
+        listed = "\n".join(str(i) for i in errors[:20])
+        raise CorpusError(f"{store.url}: {len(errors)} problem(s):\n{listed}")
+    return corpus
+
+
 def read_corpus(path: str | os.PathLike[str], *, strict: bool = False, verify: bool = True) -> Corpus:
-    """Read a whole corpus (either format). See the module docstring for how problems are reported."""
+    """Read a whole corpus (either format, or a run store). See the module docstring for how problems are reported."""
+    store = _run_store(path)
+    if store is not None:
+        return _read_store(store, strict=strict)
     root = Path(path)
     raw = _load_manifest(root)
     if isinstance(raw, list):
@@ -236,8 +266,14 @@ def iter_corpus(
 ) -> Iterator[Episode]:
     """Yield a corpus's episodes one at a time (constant memory over a large corpus).
 
-    With `only`, just those episode ids are read (the other files are never opened).
+    With `only`, just those episode ids are read (the other files are never opened). A run store (its URL or
+    directory) reads the same way.
     """
+    store = _run_store(path) if _manifest is None else None
+    if store is not None:
+        with store:
+            yield from store.episodes(ids=only, problems=issues)
+        return
     root = Path(path)
     raw = _manifest if _manifest is not None else _load_manifest(root)
     sink = issues if issues is not None else []
@@ -269,7 +305,11 @@ def iter_corpus(
 
 
 def manifest_entries(path: str | os.PathLike[str]) -> int:
-    """How many episodes a corpus's manifest lists (either format), whether or not they can be read."""
+    """How many episodes a corpus's manifest lists (either format, or a run store), whether or not they can be read."""
+    store = _run_store(path)
+    if store is not None:
+        with store:
+            return len(store.summaries())
     raw = _load_manifest(Path(path))
     if isinstance(raw, dict):
         raw = raw.get("episodes")
@@ -293,8 +333,10 @@ def _short(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _read_lines(root: Path, file: Any, sink: list[CorpusIssue], expected_sha: str | None,
-                verify: bool) -> list[tuple[int, Any]] | None:
+def read_json_lines(root: Path, file: Any, sink: list[CorpusIssue], expected_sha: str | None = None,
+                   verify: bool = True) -> list[tuple[int, Any]] | None:
+    """The JSON lines of `file` (confined to `root`, bounded in size, line length and nesting) with their line
+    numbers; each bad line is one issue in `sink`; None when the file itself is refused."""
     name = file if isinstance(file, str) else repr(file)[:200]
     try:
         data = _read_regular(_confined(root, file), "episode file")
@@ -320,7 +362,7 @@ def _read_lines(root: Path, file: Any, sink: list[CorpusIssue], expected_sha: st
 
 
 def _read_own_episode(root: Path, entry: EpisodeEntry, sink: list[CorpusIssue], verify: bool) -> Episode | None:
-    lines = _read_lines(root, entry.file, sink, entry.sha256, verify)
+    lines = read_json_lines(root, entry.file, sink, entry.sha256, verify)
     if lines is None:
         return None
     steps: list[Step] = []
@@ -364,7 +406,15 @@ def format_tool_text(events: Iterable[ToolEvent]) -> str:
 
     Live adapters and the testbed give their steps this text so the monitor sees the shape it was fitted on.
     """
-    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True, default=str)}) -> {e.result}]" for e in events)
+    return " ".join(f"[{e.name}({json.dumps(e.args, sort_keys=True, default=str)}) -> {_read_by_agent(e)}]"
+                    for e in events)
+
+
+def _read_by_agent(event: ToolEvent) -> str | None:
+    """What the agent read for a call: the tool's result, the guard's message after it, or the message alone."""
+    if event.guard_message is None:
+        return event.result
+    return event.guard_message if event.result is None else f"{event.result}\n\n{event.guard_message}"
 
 
 def parse_tool_text(text: str) -> list[ToolEvent]:
@@ -527,7 +577,7 @@ def _read_sentinel_episode(root: Path, entry: Any, position: int, sink: list[Cor
                                                 f"{_short(exc)}"))
         return None
     sha = entry.get("trace_sha256")
-    lines = _read_lines(root, fields.file, sink, sha if isinstance(sha, str) else None, verify)
+    lines = read_json_lines(root, fields.file, sink, sha if isinstance(sha, str) else None, verify)
     if lines is None:
         return None
     steps: list[Step] = []

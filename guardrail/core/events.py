@@ -117,6 +117,10 @@ class Result(_Model):
     latency_s: float | None = None
     truncated: bool = False
     data: Any = None  # the structured return value, when the tool gave one
+    # What the guard showed the agent in place of this result (`blocked`: the tool never ran, `output` is
+    # empty) or after it (a result check failed): kept apart so the record holds the tool's real output.
+    guard_message: str | None = None
+    blocked: bool = False
 
 
 class ToolEvent(_Model):
@@ -130,6 +134,10 @@ class ToolEvent(_Model):
     result_truncated: bool = False
     is_error: bool = False
     latency_s: float | None = None
+    # The guard's own text the agent read with (or, when the call was blocked before it ran and `result` is
+    # None, instead of) the tool's result. The text of the step shows what the agent read; `result` stays
+    # the tool's real output, so an offline check of a recorded run sees what the live one saw.
+    guard_message: str | None = None
     # Fields an external trace format carried that this version does not use, kept verbatim so a
     # corpus written back out loses nothing. No layer reads them; unknown keyword arguments are still refused.
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -140,11 +148,12 @@ class ToolEvent(_Model):
             id=action.call_id or "",
             name=action.tool or action.kind.value,
             args=action.args if action.kind is ActionKind.TOOL else {"command": action.command or action.code},
-            result=None if result is None else result.output,
-            result_chars=None if result is None else len(result.output),
+            result=None if result is None or result.blocked else result.output,
+            result_chars=None if result is None or result.blocked else len(result.output),
             result_truncated=bool(result and result.truncated),
             is_error=bool(result and result.is_error),
             latency_s=None if result is None else result.latency_s,
+            guard_message=None if result is None else result.guard_message,
         )
 
 
@@ -243,6 +252,7 @@ class Decision(_Model):
     hook: Literal["before_action", "after_result", "on_step", "on_finish"]
     findings: list[Finding] = Field(default_factory=list)
     score: float | None = None  # the step monitor's score, when one ran
+    episode_id: str | None = None  # the episode it belongs to (what `guard.label` and `guardrail runs` take)
 
     @property
     def blocked(self) -> bool:

@@ -6,9 +6,10 @@ import asyncio
 import json
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
@@ -26,6 +27,10 @@ from guardrail.core.events import (
     Verdict,
 )
 from guardrail.core.layer import EpisodeContext, Layer
+from guardrail.core.metrics import GuardMetrics
+
+if TYPE_CHECKING:
+    from guardrail.core.runstore.recorder import RunRecorder
 
 __all__ = ["ON_ALARM", "Guard", "GuardError", "Mode", "OnAlarm"]
 
@@ -78,6 +83,9 @@ class Guard:
         capture_content: bool = False,
         tracer: trace.Tracer | None = None,
         offload: bool = True,
+        recorder: RunRecorder | None = None,
+        tools: Mapping[str, dict[str, Any]] | None = None,
+        meter: Any = None,
         on_alarm: OnAlarm = "warn",
     ) -> None:
         if mode not in ("report", "intervene"):
@@ -94,8 +102,15 @@ class Guard:
         self.fail_closed = fail_closed
         self.capture_content = capture_content
         self.offload = offload
+        self.recorder = recorder
+        # The argument schemas of tools every episode may call (name -> JSON schema; an episode's own win).
+        self.tools: dict[str, dict[str, Any]] = dict(tools or {})
         # A tracer from the global API follows whatever provider is set later (it is a proxy until then).
         self._tracer = tracer or tm.get_tracer()
+        # Metrics through the global API unless a meter is given (a no-op until a MeterProvider is installed).
+        self.metrics = GuardMetrics.for_meter(meter)
+        if recorder is not None:
+            self.metrics.watch_dropped(recorder)
         self._contexts: dict[str, EpisodeContext] = {}
         self._contexts_lock = threading.Lock()
         # Which layers implement which hook, computed once (the hot path skips the rest).
@@ -128,8 +143,16 @@ class Guard:
         model: str | None = None,
         tools: Iterable[str] = (),
         meta: dict[str, Any] | None = None,
+        tool_schemas: Mapping[str, dict[str, Any]] | None = None,
+        record: bool = True,
     ) -> EpisodeContext:
-        """Open an episode and return its context (pass it, or its id, to every hook)."""
+        """Open an episode and return its context (pass it, or its id, to every hook).
+
+        `tool_schemas` (tool name -> JSON schema of its arguments) are the tools this run declares; calls
+        that break them are findings before the tool runs. Adapters declare the framework's tools themselves.
+        ``record=False`` keeps the episode out of the run store (a repair fork's gate-only episode: the
+        repair attempt itself is recorded).
+        """
         episode = Episode(
             episode_id=episode_id or uuid.uuid4().hex,
             task=task,
@@ -139,11 +162,58 @@ class Guard:
             meta=dict(meta or {}),
         )
         ctx = EpisodeContext(self, episode)
+        if tool_schemas:
+            ctx.declare_tools(dict(tool_schemas))
         with self._contexts_lock:
             if episode.episode_id in self._contexts:
                 raise GuardError(f"episode {episode.episode_id!r} is already running in this Guard")
             self._contexts[episode.episode_id] = ctx
+        ctx.recorded = record and self.recorder is not None
+        if ctx.recorded:
+            self._record(lambda: self.recorder.begin(ctx, mode=self.mode, layers=self.layer_names,  # type: ignore[union-attr]
+                                                     versions=self.versions()))
         return ctx
+
+    # ----------------------------------------------------------------- the run store
+    @property
+    def layer_names(self) -> list[str]:
+        return [layer.name for layer in self.layers]
+
+    def versions(self) -> dict[str, str]:
+        """Every layer's fitted artifacts by name and sha256 (what a recorded episode says judged it)."""
+        out: dict[str, str] = {}
+        for layer in self.layers:
+            try:
+                out.update(layer.versions())
+            except Exception:  # noqa: BLE001 - a version is telemetry; never a reason to fail
+                _log.exception("guardrail: layer %r could not say its versions", layer.name)
+        return out
+
+    def label(self, episode_id: str, label: str) -> None:
+        """Label a recorded episode ("healthy", "failed" or any label of yours); `fit` and `fit-spec` read the
+        healthy ones. Raises GuardError without a run store, KeyError for an episode it never recorded."""
+        if self.recorder is None:
+            raise GuardError("this Guard records no runs: build it with record= (a directory, sqlite:///..., "
+                             "postgresql://...)")
+        if not isinstance(label, str) or not label.strip() or len(label) > 200:
+            raise GuardError(f"a label is a non-empty string of at most 200 characters, got {label!r}")
+        self.recorder.label(episode_id, label.strip())
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every recorded event is in the run store (True without one)."""
+        return True if self.recorder is None else self.recorder.flush(timeout_s)
+
+    def close(self) -> None:
+        """Close the run store (what is queued is written; episodes still running are marked incomplete)."""
+        if self.recorder is not None:
+            self.recorder.close()
+
+    @staticmethod
+    def _record(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - recording never raises into the agent
+            _log.exception("guardrail: recording failed; the run goes on")
 
     def context(self, episode: EpisodeContext | str) -> EpisodeContext:
         """The context of a running episode, by context or id."""
@@ -180,13 +250,16 @@ class Guard:
         ctx = self.context(episode)
         with ctx.lock:
             ctx.episode.steps.append(step)
-        return self._run_sync("on_step", ctx, (step,))
+        decision = self._run_sync("on_step", ctx, (step,))
+        if ctx.recorded:
+            self._record(lambda: self.recorder.step(ctx, step, decision))  # type: ignore[union-attr]
+        return decision
 
     def on_finish(self, episode: EpisodeContext | str, *, answer: str | None = None) -> Decision:
         """Close the episode and run the end-of-run verifiers; the context leaves the Guard."""
         ctx = self.context(episode)
         self._close(ctx, answer)
-        return self._run_sync("on_finish", ctx, (ctx.episode,))
+        return self._finished(ctx, self._run_sync("on_finish", ctx, (ctx.episode,)))
 
     # ----------------------------------------------------------------- hooks (async)
     async def abefore_action(self, episode: EpisodeContext | str, action: Action) -> Decision:
@@ -205,12 +278,19 @@ class Guard:
         ctx = self.context(episode)
         with ctx.lock:
             ctx.episode.steps.append(step)
-        return await self._run_async("on_step", ctx, (step,))
+        decision = await self._run_async("on_step", ctx, (step,))
+        if ctx.recorded:
+            self._record(lambda: self.recorder.step(ctx, step, decision))  # type: ignore[union-attr]
+        return decision
 
     async def aon_finish(self, episode: EpisodeContext | str, *, answer: str | None = None) -> Decision:
         ctx = self.context(episode)
         self._close(ctx, answer)
-        return await self._run_async("on_finish", ctx, (ctx.episode,))
+        decision = await self._run_async("on_finish", ctx, (ctx.episode,))
+        if ctx.recorded and self.recorder is not None and self.recorder.finish_timeout_s > 0:
+            # The end of a recorded run waits until it is in the store: in a thread, never on the loop.
+            return await asyncio.to_thread(self._finished, ctx, decision)
+        return self._finished(ctx, decision)
 
     # ----------------------------------------------------------------- internals
     def _close(self, ctx: EpisodeContext, answer: str | None) -> None:
@@ -219,9 +299,23 @@ class Guard:
                 raise GuardError(f"episode {ctx.episode_id!r} is already finished")
             ctx.finished = True
             if answer is not None and (not ctx.episode.steps or not ctx.episode.steps[-1].is_final):
-                ctx.episode.steps.append(Step(index=len(ctx.episode.steps), kind=StepKind.FINAL, text=answer))
+                final = Step(index=len(ctx.episode.steps), kind=StepKind.FINAL, text=answer)
+                ctx.episode.steps.append(final)
+                if ctx.recorded:
+                    self._record(lambda: self.recorder.step(ctx, final))  # type: ignore[union-attr]
         with self._contexts_lock:
             self._contexts.pop(ctx.episode_id, None)
+
+    def _finished(self, ctx: EpisodeContext, decision: Decision) -> Decision:
+        try:
+            with ctx.lock:
+                alarmed = any(f.severity is Severity.ALARM for f in ctx.findings)
+            self.metrics.episode_done(decision.verdict.value, alarmed)
+        except Exception:  # noqa: BLE001 - metrics are telemetry, never a reason to fail
+            _log.exception("guardrail: recording episode metrics failed")
+        if ctx.recorded:
+            self._record(lambda: self.recorder.finish(ctx, decision))  # type: ignore[union-attr]
+        return decision
 
     def _content(self, action: Action | None, result: Result | None) -> tuple[str | None, str | None]:
         """The redacted arguments and result for this hook's spans (None, None without capture_content),
@@ -323,7 +417,7 @@ class Guard:
         scores: list[float] = []
         content = self._content(action, result) if self._by_hook[hook] else (None, None)
         self._run_layers(self._by_hook[hook], hook, ctx, args, action, content, collected, scores)
-        return self._conclude(hook, ctx, collected, scores)
+        return self._conclude(hook, ctx, collected, scores, action)
 
     def _run_layers(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
                     action: Action | None, content: tuple[str | None, str | None], collected: list[Finding],
@@ -332,13 +426,14 @@ class Guard:
         for layer in layers:
             span = self._start_span(hook, layer, ctx, action, content)
             error: BaseException | None = None
+            started = time.perf_counter()
             with trace.use_span(span, end_on_exit=False):
                 try:
                     findings = self._normalize(getattr(layer, hook)(ctx, *args), layer)
                 except Exception as exc:  # fail-open: a broken layer never breaks the agent
                     error = exc
                     findings = [self._internal_error(layer, hook, exc, ctx)]
-            self._settle(hook, layer, ctx, span, findings, error, collected, scores)
+            self._settle(hook, layer, ctx, span, findings, error, collected, scores, started)
 
     def _run_layers_locked(self, layers: Sequence[Layer], hook: Hook, ctx: EpisodeContext, args: tuple[Any, ...],
                            action: Action | None, content: tuple[str | None, str | None],
@@ -365,18 +460,25 @@ class Guard:
             for layer in layers:
                 span = self._start_span(hook, layer, ctx, action, content)
                 error: BaseException | None = None
+                started = time.perf_counter()
                 with trace.use_span(span, end_on_exit=False):
                     try:
                         findings = self._normalize(await getattr(layer, "a" + hook)(ctx, *args), layer)
                     except Exception as exc:  # fail-open, as in the sync path
                         error = exc
                         findings = [self._internal_error(layer, hook, exc, ctx)]
-                self._settle(hook, layer, ctx, span, findings, error, collected, scores)
-        return self._conclude(hook, ctx, collected, scores)
+                self._settle(hook, layer, ctx, span, findings, error, collected, scores, started)
+        return self._conclude(hook, ctx, collected, scores, action)
 
     def _settle(self, hook: Hook, layer: Layer, ctx: EpisodeContext, span: Span, findings: list[Finding],
-                error: BaseException | None, collected: list[Finding], scores: list[float]) -> None:
-        """After one layer's hook: take its score, close its span, add its findings."""
+                error: BaseException | None, collected: list[Finding], scores: list[float],
+                started: float | None = None) -> None:
+        """After one layer's hook: take its score, close its span, count it, add its findings."""
+        if started is not None:
+            try:
+                self.metrics.layer_done(layer.name, hook, time.perf_counter() - started, findings)
+            except Exception:  # noqa: BLE001 - metrics are telemetry, never a reason to fail
+                _log.exception("guardrail: recording layer metrics failed")
         score = ctx.pop_score(layer)
         if score is not None:
             scores.append(score)
@@ -384,7 +486,7 @@ class Guard:
         collected.extend(findings)
 
     def _conclude(self, hook: Hook, ctx: EpisodeContext, findings: list[Finding],
-                  scores: list[float]) -> Decision:
+                  scores: list[float], action: Action | None = None) -> Decision:
         with ctx.lock:
             earlier = [f for f in ctx.findings if f.severity is Severity.ALARM] if hook == "on_finish" else []
             ctx.findings.extend(findings)
@@ -395,12 +497,20 @@ class Guard:
             if _RANK[policy] > _RANK[verdict]:
                 verdict = policy
             findings = findings + earlier
-        return Decision(
+        decision = Decision(
             verdict=verdict,
             hook=hook,
             findings=findings,
             score=max(scores) if scores else None,
+            episode_id=ctx.episode_id,
         )
+        try:
+            self.metrics.decided(hook, decision.verdict.value)
+        except Exception:  # noqa: BLE001 - metrics are telemetry, never a reason to fail
+            _log.exception("guardrail: recording decision metrics failed")
+        if findings and ctx.recorded and hook != "on_finish":  # the end is in the finish record
+            self._record(lambda: self.recorder.decision(ctx, hook, decision, action))  # type: ignore[union-attr]
+        return decision
 
     def _alarm_verdict(self) -> Verdict:
         if self.on_alarm == "warn":

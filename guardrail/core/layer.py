@@ -59,6 +59,11 @@ class Layer:
     async def aon_finish(self, ctx: EpisodeContext, episode: Episode) -> Iterable[Finding] | None:
         return self.on_finish(ctx, episode)
 
+    def versions(self) -> dict[str, str]:
+        """The fitted artifacts this layer judges with, by name and sha256 (e.g. ``{"model_sha256": ...}``):
+        recorded with every episode, so a run says which model and spec judged it."""
+        return {}
+
     def has_async_hook(self, hook: str) -> bool:
         """True when this layer overrides the async twin of `hook`: the Guard awaits it on the event loop.
 
@@ -90,9 +95,16 @@ class EpisodeContext:
         self.actions: list[Action] = []
         self.results: list[tuple[Action, Result]] = []
         self.finished = False
+        self.recorded = False  # the Guard records this episode into its run store
         self.lock = threading.RLock()
         self._layer_state: dict[int, Any] = {}
         self._scores: dict[str, float] = {}
+        # The JSON schemas of the tools the agent declared for this run (name -> schema of its arguments);
+        # adapters fill it from the framework's own tools, `Guard.start_episode(tool_schemas=...)` from the user.
+        self.tool_schemas: dict[str, dict[str, Any]] = {}
+        # What shadow layers (a candidate model or spec scored beside the live one, never acting) made of this
+        # run, by shadow layer name: the run recorder stores it beside the live outcome.
+        self.shadow: dict[str, Any] = {}
 
     @property
     def episode_id(self) -> str:
@@ -106,6 +118,23 @@ class EpisodeContext:
     def step_index(self) -> int:
         """Index the next step will get."""
         return len(self.episode.steps)
+
+    def declare_tools(self, schemas: dict[str, dict[str, Any]]) -> None:
+        """Add tools the agent declared for this run (name -> JSON schema of its arguments); their names join
+        ``episode.tools``. A tool already declared keeps its first schema."""
+        with self.lock:
+            for name, schema in schemas.items():
+                if name not in self.tool_schemas:
+                    self.tool_schemas[name] = schema
+                    if name not in self.episode.tools:
+                        self.episode.tools.append(name)
+
+    def tool_schema(self, name: str) -> dict[str, Any] | None:
+        """The declared schema of tool `name` for this run (the run's own, else the Guard's), or None."""
+        schema = self.tool_schemas.get(name)
+        if schema is None:
+            schema = self.guard.tools.get(name)
+        return schema
 
     def state(self, layer: Layer) -> Any:
         """This layer's per-episode state, created on first use."""

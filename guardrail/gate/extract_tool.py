@@ -7,10 +7,12 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from guardrail.gate.extract_mcp import extract_mcp
 from guardrail.gate.extract_python import extract_python
 from guardrail.gate.extract_shell import extract_shell
 from guardrail.gate.predicates import Predicate
 from guardrail.gate.scope import Scope
+from guardrail.gate.tool_args import SchemaError, args_problems
 
 __all__ = ["EDITOR_TOOLS", "ToolSchema", "extract_tool", "schema_problems", "tool_schema"]
 
@@ -19,10 +21,6 @@ SHELL_TOOLS = {"bash", "execute_bash", "CmdRunAction", "run", "shell", "terminal
 PYTHON_TOOLS = {"execute_ipython_cell", "IPythonRunCellAction", "python", "python_repl", "run_python"}
 READ_TOOLS = {"FileReadAction", "read_file", "view_file"}
 _EDITOR_COMMANDS = {"view", "create", "str_replace", "insert", "undo_edit"}
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "array": (list, tuple), "object": (dict,), "null": (type(None),),
-}
 
 ToolSchema = dict[str, Any]  # a JSON schema of the arguments object ("parameters" of an OpenAI tool)
 
@@ -54,30 +52,12 @@ def tool_schema(tool: Mapping[str, Any] | Callable[..., Any]) -> ToolSchema:
 
 
 def schema_problems(args: Any, schema: ToolSchema, *, limit: int = 5) -> list[str]:
-    """What is wrong with `args` under a JSON-schema subset (object, required, properties, type, enum)."""
-    if not isinstance(args, dict):
-        return [f"arguments must be an object, got {type(args).__name__}"]
-    problems: list[str] = []
-    properties = schema.get("properties") or {}
-    for name in schema.get("required") or ():
-        if name not in args:
-            problems.append(f"missing required argument {name!r}")
-    if schema.get("additionalProperties") is False:
-        for name in args:
-            if name not in properties:
-                problems.append(f"unknown argument {name!r} (expected one of {sorted(properties)})")
-    for name, value in args.items():
-        spec = properties.get(name)
-        if not isinstance(spec, Mapping):
-            continue
-        wanted = spec.get("type")
-        kinds = [wanted] if isinstance(wanted, str) else list(wanted or [])
-        allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
-        if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
-            problems.append(f"argument {name!r} must be {'/'.join(kinds)}, got {type(value).__name__}")
-        if "enum" in spec and value not in spec["enum"]:
-            problems.append(f"argument {name!r} must be one of {spec['enum']}, got {value!r}")
-    return problems[:limit]
+    """What is wrong with `args` under a tool's JSON schema (`guardrail.gate.tool_args`: required, types, enums,
+    ranges); none when the schema itself cannot be used (an unusable contract is no reason to block)."""
+    try:
+        return args_problems(args, schema, limit=limit)
+    except SchemaError:
+        return []
 
 
 def extract_tool(tool: str, args: dict[str, Any], scope: Scope, *, open_file: str | None,
@@ -91,7 +71,10 @@ def extract_tool(tool: str, args: dict[str, Any], scope: Scope, *, open_file: st
             out.append(Predicate("tool_args_valid", (tool, problems[0]), True, "tool",
                                  verdict=(False, "; ".join(problems))))
             return out
-    if tool in SHELL_TOOLS and isinstance(args.get("command"), str):
+    mcp = extract_mcp(tool, args, scope)  # the reference MCP servers' tools (filesystem, git)
+    if mcp is not None:
+        out.extend(mcp)
+    elif tool in SHELL_TOOLS and isinstance(args.get("command"), str):
         out.extend(extract_shell(args["command"], scope, python_version=python_version))
     elif tool in PYTHON_TOOLS and isinstance(args.get("code"), str):
         out.extend(extract_python(args["code"], scope, search=(scope.cwd,), necessary=True, origin="tool code",

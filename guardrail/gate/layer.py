@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardrail.core.events import Action, ActionKind, Finding, Result
+from guardrail.core.events import Action, ActionKind, Finding, Result, Severity
 from guardrail.core.layer import EpisodeContext, Layer
 from guardrail.gate import budget
 from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
@@ -24,6 +24,7 @@ from guardrail.gate.predicates import Outcome, Predicate, ProbeResult
 from guardrail.gate.probe import Prober
 from guardrail.gate.report import GateReport, repair_hint
 from guardrail.gate.scope import Scope
+from guardrail.gate.tool_args import SchemaError, args_problems, schema_signature
 from guardrail.gate.view import FsView
 
 __all__ = ["EditorState", "Gate", "GateLayer", "GateState"]
@@ -297,6 +298,11 @@ def _dedupe(predicates: Iterable[Predicate]) -> list[Predicate]:
 class GateLayer(Layer):
     """The StateMirror gate as a Guard layer: typed warnings before each action, blocking under intervene.
 
+    Every call is first held to the schema its tool declares (``tool_args_valid``: the schemas the
+    adapters read from the agent's own tools, `Guard.start_episode(tool_schemas=...)`, the Guard's
+    ``tool_schemas``); with a `workspace` the gate then probes the action's preconditions there.
+    ``GateLayer()`` with no workspace checks declared schemas only (what a zero-configuration Guard runs).
+
     Per-episode state (cwd after ``cd``, files created, packages installed, the editor's open
     file) lives in the episode context. The harness can set the open file with
     `set_editor_state`; otherwise it is read from SWE-agent's ``[File: ...]`` observation header.
@@ -304,17 +310,21 @@ class GateLayer(Layer):
 
     name = "gate"
 
-    def __init__(self, workspace: str | os.PathLike[str], *, python: str | None = None,
+    def __init__(self, workspace: str | os.PathLike[str] | None = None, *, python: str | None = None,
                  cwd: str | os.PathLike[str] | None = None, budget_s: float = 0.25,
                  tools: Mapping[str, Mapping[str, Any] | Callable[..., Any]] | None = None,
                  persistent_shell: bool = True, roots: Iterable[str | os.PathLike[str]] = (),
                  backend: ProbeBackend | None = None, path_env: str | None = None) -> None:
-        self.gate = Gate(workspace, python=python, cwd=cwd, budget_s=budget_s, tools=tools, roots=roots,
-                         backend=backend, path_env=path_env).prepare()
+        self.gate: Gate | None = None
+        if workspace is not None:
+            self.gate = Gate(workspace, python=python, cwd=cwd, budget_s=budget_s, tools=tools, roots=roots,
+                             backend=backend, path_env=path_env).prepare()
         self.persistent_shell = persistent_shell
 
     def use_backend(self, backend: ProbeBackend, *, python: str | None = None, path_env: str | None = None) -> None:
         """Probe through `backend` from now on (e.g. the agent's sandbox); see `Gate.using`."""
+        if self.gate is None:
+            raise ValueError("this gate has no workspace to probe (GateLayer(workspace=...))")
         self.gate = self.gate.using(backend, python=python, path_env=path_env).prepare()
 
     def new_state(self, ctx: EpisodeContext) -> GateState:
@@ -324,15 +334,45 @@ class GateLayer(Layer):
         ctx.state(self).editor.open_file = open_file
 
     def before_action(self, ctx: EpisodeContext, action: Action) -> Iterable[Finding] | None:
+        declared = declared_args_findings(ctx, action, layer=self.name) or []
+        if self.gate is None or any(f.blocking for f in declared):
+            return declared  # a call that breaks its tool's declared schema is not probed further
         state: GateState = ctx.state(self)
         with ctx.lock:
             report = self.gate.check_and_advance(action, state)
             if not self.persistent_shell:
                 state.cwd = None
-        return report.findings(layer=self.name, step=ctx.step_index)
+        return declared + report.findings(layer=self.name, step=ctx.step_index)
 
     def after_result(self, ctx: EpisodeContext, action: Action, result: Result) -> Iterable[Finding] | None:
+        if self.gate is None:
+            return None
         matches = _OPEN_FILE_HEADER.findall(result.output[-20_000:]) if result.output else []
         if matches:
             ctx.state(self).editor.open_file = matches[-1]
         return None
+
+
+def declared_args_findings(ctx: EpisodeContext, action: Action, *, layer: str) -> list[Finding] | None:
+    """The ``tool_args_valid`` finding for a structured call its tool's declared schema rejects (blocking),
+    a note when the declared schema itself is unusable, None when the call fits or the tool declared none."""
+    if action.kind is not ActionKind.TOOL or not action.tool:
+        return None
+    schema = ctx.tool_schema(action.tool)
+    if schema is None:
+        return None
+    try:
+        problems = args_problems(action.args, schema)
+    except SchemaError as exc:
+        return [Finding(layer=layer, check="tool_schema_unusable", predicate="tool_args_valid", args=[action.tool],
+                        severity=Severity.INFO, step=ctx.step_index,
+                        message=f"the schema tool {action.tool!r} declares cannot be used: {exc}")]
+    if not problems:
+        return None
+    return [Finding(
+        layer=layer, check="malformed_call", predicate="tool_args_valid", args=[action.tool, problems[0]],
+        message=f"tool_args_valid({action.tool}) is false: the call does not fit the tool's declared schema: "
+                + "; ".join(problems),
+        evidence={"family": "tool", "problems": problems},
+        hint=f"call it as {schema_signature(action.tool, schema)}",
+        blocking=True, severity=Severity.WARNING, step=ctx.step_index)]

@@ -32,6 +32,12 @@ FAMILY: dict[str, str] = {
     "editor_line_in_range": "harness",
     "editor_text_present": "harness",
     "path_absent": "harness",
+    # the reference MCP servers' tools (guardrail.gate.extract_mcp): an edit's old text, git repository state
+    "mcp_edit_applies": "harness",
+    "git_repository": "filesystem",
+    "git_revision_exists": "command",
+    "git_branch_absent": "command",
+    "git_path_known": "filesystem",
     # an explicit unknown: part of the action was not analysed (over a size or time budget)
     "analysis_complete": "other",
 }
@@ -70,7 +76,8 @@ class Predicate:
     search: tuple[str, ...] = ()
     hedge: str | None = None
     verdict: tuple[bool, str] | None = None  # (holds, why) decided at extraction time
-    context: tuple[str, ...] = ()  # attribute_defined: the modules the same code imports (they load submodules)
+    # attribute_defined: the modules the same code imports (they load submodules); mcp_edit_applies: its edits
+    context: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:

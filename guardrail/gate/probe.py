@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import os
 import re
 import time
@@ -27,6 +28,7 @@ from guardrail.gate.index import (
     stdlib_names,
 )
 from guardrail.gate.predicates import Outcome, Predicate, ProbeResult
+from guardrail.gate.probe_mcp import MCP_PROBES
 from guardrail.gate.view import FsView, local_view
 
 __all__ = ["Prober", "line_count", "workspace_files"]
@@ -194,6 +196,8 @@ class Prober:
         if self.deadline.expired():
             return _over_budget(predicate, "not checked")
         method: Callable[[Predicate], ProbeResult] | None = getattr(self, "_" + predicate.name, None)
+        if method is None and predicate.name in MCP_PROBES:  # the reference MCP servers' own predicates
+            method = functools.partial(MCP_PROBES[predicate.name], fs=self.fs)  # type: ignore[call-arg]
         if method is None:
             return ProbeResult(predicate, Outcome.UNKNOWN, f"no prober for {predicate.name}")
         try:

@@ -78,6 +78,8 @@ def repair_hint(result: ProbeResult, fs: FsView | None = None) -> str | None:
     evidence = result.evidence
     missing = str(evidence.get("missing", ""))
     candidates = [str(c) for c in evidence.get("candidates", ()) or ()]
+    if isinstance(evidence.get("hint"), str):  # a probe that knows the fix names it (guardrail.gate.probe_mcp)
+        return str(evidence["hint"])
     if name in ("file_exists", "dir_exists", "path_exists", "parent_dir_exists", "tool_path_arg_exists",
                 "pytest_target_exists") and "siblings" in evidence:
         return _path_hint(evidence, fs)
@@ -88,7 +90,7 @@ def repair_hint(result: ProbeResult, fs: FsView | None = None) -> str | None:
         return f"did you mean {', '.join(close)}?" if close else None
     if name == "editor_line_in_range" and "lines" in evidence:
         return f"{evidence.get('path')} has {evidence['lines']} lines"
-    if name == "editor_text_present":
+    if name in ("editor_text_present", "mcp_edit_applies"):
         # Candidates exist only for a file under the workspace roots: no other file's text is ever quoted.
         line = _closest_line(missing, candidates) if candidates else None
         return f"closest line in the file: {line!r}" if line else "view the file to copy the exact text"

@@ -7,7 +7,8 @@ episodes) and the verifiers (the spec picked from the episodes' tools), with spa
 a real SDK span processor that keeps per-layer durations (where the time goes) and no span
 objects (so memory measures the guard, not a growing exporter buffer). Every step the guard is
 given goes through all four hooks: ``before_action`` and ``after_result`` per tool call,
-``on_step`` per step, ``on_finish`` per episode.
+``on_step`` per step, ``on_finish`` per episode. ``--record`` adds a run recorder writing every episode
+to SQLite, reads the store back and counts what was lost.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _episodes(n: int, seed: int) -> list[Any]:
     return episodes
 
 
-def _build_guard(episodes: Sequence[Any], workspace: str, tracer: Any) -> Any:
+def _build_guard(episodes: Sequence[Any], workspace: str, tracer: Any, recorder: Any = None) -> Any:
     from guardrail.core.guard import Guard
     from guardrail.gate.layer import GateLayer
     from monitors.layer import MonitorLayer
@@ -87,7 +88,7 @@ def _build_guard(episodes: Sequence[Any], workspace: str, tracer: Any) -> Any:
     tools = sorted({t for e in episodes for t in e.tools})
     spec = pick_spec(tools, [e.task or "" for e in episodes[:5]])
     layers = [GateLayer(workspace), MonitorLayer(monitor), VerifierLayer(spec)]
-    return Guard(layers, mode="report", tracer=tracer)
+    return Guard(layers, mode="report", tracer=tracer, recorder=recorder)
 
 
 def _drive(guard: Any, episode: Any, copy: int) -> int:
@@ -107,8 +108,9 @@ def _drive(guard: Any, episode: Any, copy: int) -> int:
     return len(episode.steps)
 
 
-def run_level(concurrency: int, steps_target: int, seed: int) -> dict[str, Any]:
-    """One concurrency level in this process: returns steps/s, peak RSS and the per-layer time split."""
+def run_level(concurrency: int, steps_target: int, seed: int, record: bool = False) -> dict[str, Any]:
+    """One concurrency level in this process: returns steps/s, peak RSS and the per-layer time split; with
+    `record`, every episode is also recorded to a SQLite run store and read back to count what was lost."""
     from opentelemetry.sdk.trace import TracerProvider
 
     episodes = _episodes(48, seed)
@@ -118,7 +120,12 @@ def run_level(concurrency: int, steps_target: int, seed: int) -> dict[str, Any]:
     tracer = provider.get_tracer("guardrail")
     with tempfile.TemporaryDirectory() as workspace:
         Path(workspace, "README.md").write_text("booking workspace\n")
-        guard = _build_guard(episodes, workspace, tracer)
+        recorder = None
+        if record:
+            from guardrail.core.runstore import RunRecorder
+
+            recorder = RunRecorder(f"sqlite:///{workspace}/runs.db")
+        guard = _build_guard(episodes, workspace, tracer, recorder)
         # Warm up (first-action index build, caches), then reset the time split.
         _drive(guard, episodes[0], -1)
         sink.total_ns.clear()
@@ -135,6 +142,17 @@ def run_level(concurrency: int, steps_target: int, seed: int) -> dict[str, Any]:
                 done += sum(pool.map(lambda job: _drive(guard, job[0], job[1]), chunk))
                 rss_samples.append((done, _rss_mb()))
         elapsed = time.perf_counter() - start
+        recorded: dict[str, Any] = {}
+        if recorder is not None:
+            from guardrail.core.runstore import open_store
+
+            recorder.close()
+            summaries = open_store(f"sqlite:///{workspace}/runs.db", create=False).summaries()
+            driven = len(jobs) + 1  # and the warm-up episode
+            complete = [s for s in summaries if s.status == "complete"]
+            recorded = {"episodes_driven": driven, "episodes_recorded": len(complete),
+                        "steps_recorded": sum(s.n_steps for s in complete), "recorder_dropped": recorder.dropped,
+                        "recorder_errors": recorder.errors, "lost_episodes": driven - len(complete)}
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     layer_s = {name.removeprefix("guardrail."): ns / 1e9 for name, ns in sink.total_ns.items()}
     first = next((mb for n, mb in rss_samples if n >= done * 0.1), rss_samples[0][1])
@@ -147,6 +165,8 @@ def run_level(concurrency: int, steps_target: int, seed: int) -> dict[str, Any]:
         "elapsed_s": elapsed,
         "layer_time_share": {k: v / elapsed for k, v in sorted(layer_s.items())},
         "us_per_step_by_layer": {k: 1e6 * v / done for k, v in sorted(layer_s.items())},
+        "record": record,
+        **recorded,
     }
 
 
@@ -155,18 +175,20 @@ def _add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--levels", default="1,8,64", help="comma-separated concurrency levels")
     parser.add_argument("--steps", type=int, default=100_000, help="steps per level (default 100000)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--record", action="store_true",
+                        help="also record every episode to a SQLite run store and count what was lost")
     parser.add_argument("--_worker", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def _run(args: argparse.Namespace) -> int:
     if args._worker is not None:
-        emit_json(run_level(args._worker, args.steps, args.seed))
+        emit_json(run_level(args._worker, args.steps, args.seed, record=args.record))
         return 0
     rows = []
     for level in (int(x) for x in args.levels.split(",")):
         done = subprocess.run(
             [sys.executable, "-m", "guardrail.core.cli", "bench", "load", "--_worker", str(level),
-             "--steps", str(args.steps), "--seed", str(args.seed)],
+             "--steps", str(args.steps), "--seed", str(args.seed), *(["--record"] if args.record else [])],
             capture_output=True, text=True, check=False,
         )
         if done.returncode != 0:
@@ -177,8 +199,9 @@ def _run(args: argparse.Namespace) -> int:
             emit_json(record)
         rows.append(record)
     if not args.json:
-        print_table([{k: r[k] for k in ("concurrency", "steps", "steps_per_s", "peak_rss_mb",
-                                         "rss_growth_mb_after_10pct")} for r in rows])
+        columns = ["concurrency", "steps", "steps_per_s", "peak_rss_mb", "rss_growth_mb_after_10pct"]
+        columns += ["episodes_recorded", "lost_episodes", "recorder_dropped"] if args.record else []
+        print_table([{k: r.get(k) for k in columns} for r in rows])
         for r in rows:
             split = ", ".join(f"{k} {v:.0f} us" for k, v in r["us_per_step_by_layer"].items())
             print(f"  c={r['concurrency']}: per step {split}")

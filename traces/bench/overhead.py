@@ -3,7 +3,9 @@
 For each framework (LangGraph ``create_agent`` with `GuardMiddleware`, AutoGen ``AssistantAgent`` with
 `AutoGenGuard`, and ``guard``: the Guard's hooks alone on a replayed run, to separate the guard's
 own cost from the framework's cost of hosting a middleware) and each configuration (``none``: the adapters
-with an empty Guard, the cost of hosting the hooks; ``gate`` alone; ``all``: gate, step monitor and verifiers),
+with an empty Guard, the cost of hosting the hooks; ``gate`` alone; ``all``: gate, step monitor and verifiers;
+``record``: all of them plus a run recorder writing to SQLite, paired with ``all`` instead of the unguarded run,
+so its figure is what recording adds, writer thread included),
 the same seeded task runs unguarded and guarded in alternation, with the guard's spans exported to
 memory. Each pair gives one figure, (guarded - unguarded) / steps; the benchmark reports the median
 and 95th percentile over pairs. Alternating pairs cancels slow drift of a shared machine; the
@@ -30,7 +32,8 @@ __all__ = ["BENCH", "measure_overhead"]
 
 FRAMEWORKS = ("langgraph", "autogen", "guard")  # "guard": the Guard alone, replaying a recorded run (no framework)
 # "none": the adapters with an empty Guard (no layer): what hosting the hooks costs in each framework.
-CONFIGURATIONS = ("none", "gate", "all")
+# "record": every layer plus a run recorder writing to SQLite, measured against "all" (what recording adds).
+CONFIGURATIONS = ("none", "gate", "all", "record")
 TASK_SEED = 3
 
 
@@ -42,7 +45,8 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def _guard(configuration: str, workspace: Path, tools: dict[str, Any], monitor: Any, spec: Any) -> Any:
+def _guard(configuration: str, workspace: Path, tools: dict[str, Any], monitor: Any, spec: Any,
+           store: str | None = None) -> Any:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -54,12 +58,17 @@ def _guard(configuration: str, workspace: Path, tools: dict[str, Any], monitor: 
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     layers: list[Any] = [] if configuration == "none" else [GateLayer(workspace, tools=tools)]
-    if configuration == "all":
+    recorder = None
+    if configuration in ("all", "record"):
         from monitors.layer import MonitorLayer
         from verifiers import VerifierLayer
 
         layers += [MonitorLayer(monitor), VerifierLayer(spec)]
-    return Guard(layers, mode="intervene", tracer=provider.get_tracer("guardrail")), exporter
+    if configuration == "record":
+        from guardrail.core.runstore import RunRecorder
+
+        recorder = RunRecorder(store or f"sqlite:///{workspace}/runs.db")
+    return Guard(layers, mode="intervene", tracer=provider.get_tracer("guardrail"), recorder=recorder), exporter
 
 
 def _runner(framework: str, task: Any, policy: Any, guard: Any) -> Callable[[], tuple[float, int]]:
@@ -171,7 +180,7 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
         for framework in frameworks:
             plain = _runner(framework, task, policy, None)
             monitor = None
-            if "all" in configurations:
+            if {"all", "record"} & set(configurations):
                 if model:
                     from monitors.model_file import load_monitor
 
@@ -179,25 +188,35 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                 else:
                     monitor = _fit_monitor(framework)
             for configuration in configurations:
-                guard, exporter = _guard(configuration, Path(workspace), tools, monitor, spec)
+                guard, exporter = _guard(configuration, Path(workspace), tools, monitor, spec,
+                                         store=f"sqlite:///{workspace}/{framework}-runs.db")
                 guarded = _runner(framework, task, policy, guard)
+                baseline = plain
+                if configuration == "record":  # recording's own cost: paired with the same layers unrecorded
+                    baseline = _runner(framework, task, policy, _guard("all", Path(workspace), tools, monitor, spec)[0])
                 for _ in range(warmup):  # imports, caches, the gate's first index build
-                    plain()
+                    baseline()
                     guarded()
                 added: list[float] = []
                 steps = 0
                 for _ in progress(range(repeats), desc=f"{framework}/{configuration}", total=repeats,
                                   enabled=show_progress):
-                    plain_s, plain_steps = plain()
+                    plain_s, plain_steps = baseline()
                     guarded_s, guarded_steps = guarded()
                     exporter.clear()
                     if plain_steps != guarded_steps or guarded_steps == 0:
                         continue  # a pair whose runs differ is not comparable (never expected: same seed)
                     added.append((guarded_s - plain_s) / guarded_steps * 1000.0)
                     steps += guarded_steps
+                recorder = guard.recorder
+                if recorder is not None:
+                    recorder.close()
                 rows.append({
                     "framework": framework,
-                    "layers": [layer.name for layer in guard.layers],
+                    "configuration": configuration,
+                    "baseline": "all" if configuration == "record" else "unguarded",
+                    "layers": [layer.name for layer in guard.layers] + (["record"] if recorder is not None else []),
+                    "recorder_dropped": recorder.dropped if recorder is not None else None,
                     "median_added_ms_per_step": round(statistics.median(added), 4) if added else None,
                     "p95_added_ms_per_step": round(_percentile(added, 0.95), 4) if added else None,
                     "steps": steps,

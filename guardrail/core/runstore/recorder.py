@@ -1,0 +1,479 @@
+"""`RunRecorder`: the Guard's link to a run store, off the agent's hot path.
+
+The Guard hands the recorder each episode's start, steps, non-allow decisions and end. On the
+agent's thread that is one ``put_nowait`` on a bounded queue (a full queue drops the step and
+counts it, never blocks); a writer thread serializes, redacts and writes in batches. Starts, ends
+and labels are never dropped (they go on a small side list when the queue is full), and an
+episode's end waits, at most ``finish_timeout_s``, until it is in the store, so a run that
+returned is a run the user can label. Nothing the recorder does raises into the agent: a store
+that fails is logged once per kind of error and counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import queue
+import re
+import socket
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
+from guardrail.core.runstore.base import (
+    DEFAULT_MAX_STEPS,
+    MAX_STEP_BYTES,
+    Begin,
+    DecisionOp,
+    Finish,
+    RunStore,
+    StepLine,
+    StoreOp,
+    now,
+    open_store,
+)
+from guardrail.core.runstore.records import FindingRecord, RunHeader, RunOutcome
+from guardrail.core.version import version
+
+if TYPE_CHECKING:
+    from guardrail.core.layer import EpisodeContext
+
+__all__ = ["RunRecorder", "episode_ops", "finding_record", "may_hold_secret", "redact_content", "step_record"]
+
+_log = logging.getLogger("guardrail.runstore")
+
+_MESSAGE_CAP = 1_000  # a finding's message and hint as stored
+_CONTENT_CAP = 20_000  # one stored string (a step text, a tool result): the step path caps results at this too
+_BATCH = 512  # operations per store write
+_LINGER_S = 0.05  # how long the writer gathers a batch before writing it (unless someone waits on it)
+_WAITED_ON = frozenset({"finish", "flush", "stop"})
+_CONTENT_KEYS = ("text", "task")
+_HOST = socket.gethostname()
+
+
+# The recorder redacts every string it stores, on the writer thread, for every step of every agent: the full
+# rules cost ~120 us a string (several ms on a long one), the recording budget is 30 us a step. A string the
+# rules cannot change is kept as it is, decided in a few microseconds: no token prefix or key block, no
+# secret-named word next to an assignment, a flag or a header, no run of token characters that mixes letters
+# and digits over 16 or more (keys, tokens, high-entropy strings) and no hex run of 9 or more. Everything else
+# gets the full rules. tests/test_runstore_redaction.py holds this equal to redacting everything, on the
+# hostile secret suite and on every real corpus.
+_STRONG = ("-----begin", "bearer", "eyj", "xox", "sk-", "sk_", "pk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+           "github_pat", "aiza", "hf_", "sg.", "sq0", "akia", "asia", "mysql", "mariadb", "basic ", "digest ")
+_NAMED = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "cookie", "session", "dsn", "contrase",
+          "private", "sig")
+_NAMED_IN_CONTEXT = re.compile(
+    r"(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn|contrase|private|sig)[\w.-]*[\"'`]?[ \t]*"
+    r"(?::=|=>|[:=])|--?[\w-]*(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn)",
+    re.IGNORECASE)
+_URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_~.:-]{9,}")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{9}")
+_DIGIT = re.compile(r"[0-9]")
+_LETTER = re.compile(r"[A-Za-z]")
+
+
+_STRONG_WORD = re.compile("|".join(map(re.escape, _STRONG)))  # literals, matched on the lowered text
+_NAMED_WORD = re.compile("|".join(map(re.escape, _NAMED)))
+
+
+def may_hold_secret(text: str) -> bool:
+    """False only for a string the redaction rules would leave unchanged (see the comment above)."""
+    lowered = text.lower()
+    if _STRONG_WORD.search(lowered) is not None:
+        return True
+    if _NAMED_WORD.search(lowered) is not None and _NAMED_IN_CONTEXT.search(text):
+        return True
+    if ("@" in text or "-u" in text) and _URL_CREDENTIALS.search(text):
+        return True
+    for run in _TOKEN_RUN.finditer(text):
+        found = run.group()
+        if _HEX_RUN.search(found) or (len(found) >= 16 and _DIGIT.search(found) and _LETTER.search(found)):
+            return True
+    return False
+
+
+def redact_content(value: Any) -> Any:
+    """`value` (JSON-able) with secrets masked in every string, under the span redaction rules, same shape."""
+    from guardrail.core import spans
+
+    masked = spans._mask_structure(value)  # noqa: SLF001 - the span module's own key-name rules
+    return _map_strings(masked, lambda text: spans.redact_text(text) if may_hold_secret(text) else text)
+
+
+def _map_strings(value: Any, fn: Callable[[str], str], depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return fn(value) if value else value
+    if depth > 64:
+        return "[nested too deep]"
+    if isinstance(value, dict):
+        return {k: _map_strings(v, fn, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, fn, depth + 1) for v in value]
+    return value
+
+
+def _cap(text: str | None, cap: int) -> str | None:
+    if text is None or len(text) <= cap:
+        return text
+    return text[:cap] + f"...[{len(text) - cap} chars cut]"
+
+
+def finding_record(finding: Finding, redact: Callable[[Any], Any] | None = None) -> FindingRecord:
+    """A finding as the store keeps it: what fired, where, and its message and hint redacted and capped."""
+    message, hint = finding.message, finding.hint
+    if redact is not None:
+        message = redact(message)
+        hint = None if hint is None else redact(hint)
+    return FindingRecord(layer=finding.layer, check=finding.check, severity=finding.severity.value,
+                         step=finding.step, predicate=finding.predicate, blocking=finding.blocking,
+                         message=_cap(message, _MESSAGE_CAP) or "", hint=_cap(hint, _MESSAGE_CAP))
+
+
+def _close_at_exit(reference: weakref.ref[RunRecorder]) -> None:
+    recorder = reference()
+    if recorder is not None:
+        recorder.close(timeout_s=5.0)
+
+
+class _Waiter:
+    """Set when the writer has handled everything put before it (a flush, an episode's end, a label)."""
+
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+
+class RunRecorder:
+    """Records every episode a Guard runs into `store` (a `RunStore` or where one opens: a directory,
+    ``sqlite:///...``, ``postgresql://...``).
+
+    ``redact`` masks secrets in every stored string with the span redaction rules (on by default: a
+    store keeps content far longer than a span). ``max_queue`` bounds what waits for the writer;
+    ``max_steps`` what one episode may store. ``finish_timeout_s`` is the longest an episode's end
+    waits for the store (0: never wait).
+    """
+
+    def __init__(self, store: RunStore | str, *, redact: bool = True, max_queue: int = 10_000,
+                 max_steps: int = DEFAULT_MAX_STEPS, finish_timeout_s: float = 2.0) -> None:
+        self.store = open_store(store)
+        self.redact = redact
+        self.max_steps = max_steps
+        self.finish_timeout_s = finish_timeout_s
+        self.dropped = 0  # steps and decisions lost to a full queue
+        self.written = 0  # operations the store accepted
+        self.errors = 0  # batches the store refused
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queue)
+        self._side: deque[Any] = deque()  # starts, ends and labels that found the queue full
+        self._dropped_by_episode: dict[str, int] = {}
+        self._open: dict[str, int] = {}  # running episode -> steps recorded so far (writer's count)
+        self._errors_seen: set[str] = set()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="guardrail-recorder", daemon=True)
+        self._thread.start()
+        # A program that never closes its Guard still gets its queued events written at exit (the writer is a
+        # daemon thread, alive while atexit handlers run); a weak reference so the hook keeps nothing alive.
+        reference = weakref.ref(self)
+        atexit.register(_close_at_exit, reference)
+
+    # ------------------------------------------------------------------ the Guard's calls (agent thread)
+    def _put(self, item: tuple[Any, ...], *, control: bool = False) -> bool:
+        if self._closed:
+            return False
+        try:
+            self._queue.put_nowait(item)
+            return True
+        except queue.Full:
+            if control:
+                self._side.append(item)
+                return True
+            with self._lock:
+                self.dropped += 1
+                self._dropped_by_episode[item[1]] = self._dropped_by_episode.get(item[1], 0) + 1
+            return False
+
+    def begin(self, ctx: EpisodeContext, *, mode: str, layers: list[str], versions: Mapping[str, str]) -> None:
+        episode = ctx.episode
+        header = RunHeader(episode_id=episode.episode_id, started_at=now(), task=episode.task,
+                           framework=episode.framework, model=episode.model, tools=list(episode.tools), mode=mode,
+                           layers=layers, versions=dict(versions), guardrail_version=version(),
+                           writer={"host": _HOST, "pid": os.getpid()}, meta=dict(episode.meta))
+        self._put(("begin", episode.episode_id, header), control=True)
+
+    def step(self, ctx: EpisodeContext, step: Step, decision: Decision | None = None) -> None:
+        self._put(("step", ctx.episode_id, step, decision))
+
+    def decision(self, ctx: EpisodeContext, hook: str, decision: Decision, action: Action | None) -> None:
+        self._put(("decision", ctx.episode_id, hook, decision, action, ctx.step_index))
+
+    def finish(self, ctx: EpisodeContext, decision: Decision, *, status: str = "complete",
+               reason: str | None = None) -> None:
+        episode = ctx.episode
+        with ctx.lock:
+            findings = list(ctx.findings)
+            shadow = dict(ctx.shadow)
+        waiter = _Waiter()
+        self._put(("finish", episode.episode_id, decision.verdict.value, findings, episode.task,
+                   list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True)
+        if self.finish_timeout_s > 0 and not self._closed:
+            waiter.event.wait(self.finish_timeout_s)
+
+    def label(self, episode_id: str, label: str) -> None:
+        """Label a recorded episode (after everything recorded so far is in the store)."""
+        self.flush()
+        missing = self.store.set_labels({episode_id: label})
+        if missing:
+            raise KeyError(f"no recorded episode {episode_id!r} in {self.store.url}")
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until everything recorded so far is in the store; False when `timeout_s` ran out first."""
+        if self._closed:
+            return True
+        waiter = _Waiter()
+        self._put(("flush", "", waiter), control=True)
+        return waiter.event.wait(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Write what is queued, mark still-running episodes incomplete, close the store."""
+        if self._closed:
+            return
+        self.flush(timeout_s)
+        self._closed = True
+        try:
+            self._queue.put(("stop", ""), timeout=timeout_s)
+        except queue.Full:
+            self._side.append(("stop", ""))
+        self._thread.join(timeout_s)
+        try:
+            self.store.close()
+        except Exception as exc:  # noqa: BLE001 - closing never raises into the caller's shutdown
+            _log.warning("guardrail: closing the run store failed: %s: %s", type(exc).__name__, exc)
+
+    # ------------------------------------------------------------------ the writer thread
+    def _next_batch(self) -> list[Any]:
+        """What to write next: everything waiting, gathered for up to `_LINGER_S` after the first item so one
+        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those)."""
+        items: list[Any] = []
+        while self._side:
+            items.append(self._side.popleft())
+        if not items:
+            try:
+                items.append(self._queue.get(timeout=0.5))
+            except queue.Empty:
+                return []
+        waited_on = any(item[0] in _WAITED_ON for item in items)
+        deadline = time.monotonic() + _LINGER_S
+        while len(items) < _BATCH:
+            try:
+                item = self._queue.get_nowait() if waited_on else \
+                    self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            items.append(item)
+            waited_on = waited_on or item[0] in _WAITED_ON
+        while self._side and len(items) < 2 * _BATCH:
+            items.append(self._side.popleft())
+        return items
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            items = self._next_batch()
+            ops: list[StoreOp] = []
+            waiters: list[_Waiter] = []
+            for item in items:
+                kind = item[0]
+                if kind == "stop":
+                    stopping = True
+                    continue
+                if kind == "flush":
+                    waiters.append(item[2])
+                    continue
+                try:
+                    op = self._op(item)
+                except Exception as exc:  # noqa: BLE001 - one unserializable item costs that item only
+                    self._report("serialize", exc)
+                    op = None
+                if op is not None:
+                    ops.append(op)
+                if kind == "finish":
+                    waiters.append(item[-1])
+            if stopping:
+                ops.extend(self._abandoned())
+            if ops:
+                try:
+                    self.store.write(ops)
+                    self.written += len(ops)
+                except Exception as exc:  # noqa: BLE001 - the store failing never reaches the agent
+                    self.errors += 1
+                    self._report("write", exc)
+            for waiter in waiters:
+                waiter.event.set()
+
+    def _abandoned(self) -> list[StoreOp]:
+        """Episodes still running when the recorder closes: recorded as incomplete."""
+        stamp = now()
+        return [Finish(episode_id, RunOutcome(finished_at=stamp, status="incomplete", n_steps=steps,
+                                              steps_dropped=self._dropped_by_episode.pop(episode_id, 0),
+                                              reason="the recorder closed before the episode finished"))
+                for episode_id, steps in self._open.items()]
+
+    def _report(self, what: str, exc: BaseException) -> None:
+        key = f"{what}:{type(exc).__name__}"
+        if key not in self._errors_seen:
+            self._errors_seen.add(key)
+            _log.warning("guardrail: the run store could not %s (%s: %s); recording goes on, errors are counted",
+                         what, type(exc).__name__, str(exc)[:300])
+
+    def _op(self, item: tuple[Any, ...]) -> StoreOp | None:
+        kind, episode_id = item[0], item[1]
+        if kind == "begin":
+            header: RunHeader = item[2]
+            if self.redact:
+                header.task = redact_content(header.task)
+            self._open[episode_id] = 0
+            return Begin(header)
+        if kind == "step":
+            count = self._open.get(episode_id)
+            if count is None:
+                return None
+            if count >= self.max_steps:
+                self._dropped_by_episode[episode_id] = self._dropped_by_episode.get(episode_id, 0) + 1
+                return None
+            self._open[episode_id] = count + 1
+            step: Step = item[2]
+            return StepLine(episode_id, step.index, self._step_body(step, item[3]))
+        if kind == "decision":
+            _, _, hook, decision, action, step_index = item
+            if episode_id not in self._open:
+                return None
+            return DecisionOp(episode_id, self._decision_body(hook, decision, action, step_index))
+        if kind == "finish":
+            _, _, verdict, findings, task, tools, n_steps, status, reason, finished_at, shadow, _ = item
+            self._open.pop(episode_id, None)
+            redact = redact_content if self.redact else None
+            outcome = RunOutcome(finished_at=finished_at, status=status, verdict=verdict,
+                                 task=redact(task) if redact and task else task, tools=tools, n_steps=n_steps,
+                                 findings=[finding_record(f, redact) for f in findings],
+                                 steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason,
+                                 shadow=redact(shadow) if redact and shadow else shadow)
+            return Finish(episode_id, outcome)
+        raise ValueError(f"unknown recorder item {kind!r}")
+
+    def _step_body(self, step: Step, decision: Decision | None) -> str:
+        return step_record(step, decision, redact=self.redact)
+
+    def _decision_body(self, hook: str, decision: Decision, action: Action | None, step_index: int) -> dict[str, Any]:
+        redact = redact_content if self.redact else None
+        return {"hook": hook, "step": step_index, "verdict": decision.verdict.value,
+                "tool": None if action is None else (action.tool or action.kind.value),
+                "call_id": None if action is None else action.call_id, "score": decision.score,
+                "at": now(), "findings": [finding_record(f, redact).model_dump(mode="json") for f in decision.findings]}
+
+    # ------------------------------------------------------------------ for tests and benchmarks
+    @property
+    def backlog(self) -> int:
+        return self._queue.qsize() + len(self._side)
+
+    def wait_idle(self, timeout_s: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.backlog and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.flush(max(0.0, deadline - time.monotonic()))
+
+
+def _clean(step: Step) -> bool:
+    """True when redaction cannot change `step` (the writer's fast path). A step's text holds its calls'
+    arguments and results verbatim (`format_tool_text`), so a clean text clears the parts it contains."""
+    text = step.text
+    if may_hold_secret(text) or (step.task is not None and may_hold_secret(step.task)):
+        return False
+    from guardrail.core import spans
+
+    secret_key = spans._SECRET_KEY_NAME.fullmatch  # noqa: SLF001 - the span module's own key-name rule
+    for event in step.tool_events:
+        if event.guard_message is not None and may_hold_secret(event.guard_message):
+            return False
+        if event.result and event.result not in text and may_hold_secret(event.result):
+            return False
+        args = event.args
+        if isinstance(args, str):
+            if args not in text and may_hold_secret(args):
+                return False
+            continue
+        if not isinstance(args, dict):
+            return False
+        for key, value in args.items():
+            if not isinstance(key, str) or secret_key(key):
+                return False
+            if isinstance(value, str):
+                if value not in text and may_hold_secret(value):
+                    return False
+            elif not isinstance(value, int | float | bool | None):
+                return False  # nested values: the full walk decides
+    return True
+
+
+def step_record(step: Step, decision: Decision | None = None, *, redact: bool = True) -> str:
+    """One step as the store keeps it: JSON, secrets masked, long strings capped, the guard's verdict and score
+    of that step in ``meta["guard"]``; never larger than the store's per-step cap."""
+    judged = decision is not None and (decision.score is not None or decision.verdict is not Verdict.ALLOW)
+    if not redact or _clean(step):
+        # The common case, all in pydantic-core: nothing to mask; the guard's note spliced in as the last key
+        # (pydantic writes compact JSON ending in the object's brace, and `meta` is absent when empty).
+        text = step.model_dump_json(exclude_defaults=True)
+        if judged and not step.meta:
+            note = json.dumps({"guard": {"verdict": decision.verdict.value, "score": decision.score}})  # type: ignore[union-attr]
+            text = f'{text[:-1]},"meta":{note}}}'
+        elif judged:
+            text = step.model_copy(update={"meta": {**step.meta, "guard": {
+                "verdict": decision.verdict.value, "score": decision.score}}}).model_dump_json(exclude_defaults=True)  # type: ignore[union-attr]
+        if len(text) <= MAX_STEP_BYTES:
+            return text
+    body = step.model_dump(mode="json", exclude_defaults=True)
+    if redact:
+        for key in _CONTENT_KEYS:
+            if isinstance(body.get(key), str):
+                body[key] = redact_content(_cap(body[key], _CONTENT_CAP))
+        for event in body.get("tool_events") or []:
+            for key in ("args", "result", "guard_message"):
+                if key in event:
+                    event[key] = redact_content(event[key])
+    if judged:
+        meta = body.setdefault("meta", {})
+        meta["guard"] = {"verdict": decision.verdict.value, "score": decision.score}  # type: ignore[union-attr]
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    if len(text) > MAX_STEP_BYTES:
+        # An oversized step keeps its shape: the long strings are cut, the structure stays valid JSON.
+        body["text"] = _cap(body.get("text"), MAX_STEP_BYTES // 4)
+        for event in body.get("tool_events") or []:
+            for key in ("result", "guard_message"):
+                if isinstance(event.get(key), str):
+                    event[key] = _cap(event[key], MAX_STEP_BYTES // 8)
+            args_text = json.dumps(event.get("args"), default=str)
+            if len(args_text) > MAX_STEP_BYTES // 8:
+                event["args"] = _cap(args_text, MAX_STEP_BYTES // 8)
+        text = json.dumps(body, ensure_ascii=False, default=str)
+    return text
+
+
+def episode_ops(episode: Episode, *, redact: bool = True, meta: Mapping[str, Any] | None = None) -> list[StoreOp]:
+    """A whole finished episode (an imported trace) as store operations: begun, its steps, finished, unlabelled."""
+    stamp = now()
+    task = redact_content(episode.task) if redact and episode.task else episode.task
+    header = RunHeader(episode_id=episode.episode_id, started_at=stamp, task=task, framework=episode.framework,
+                       model=episode.model, tools=list(episode.tools), guardrail_version=version(),
+                       meta={**episode.meta, **dict(meta or {})})
+    ops: list[StoreOp] = [Begin(header)]
+    ops += [StepLine(episode.episode_id, step.index, step_record(step, redact=redact)) for step in episode.steps]
+    ops.append(Finish(episode.episode_id, RunOutcome(finished_at=stamp, task=task, tools=list(episode.tools),
+                                                     n_steps=len(episode.steps))))
+    return ops

@@ -1,0 +1,76 @@
+"""The run store's redaction: its fast path leaves alone only what the full rules would leave alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardrail.core import spans
+from guardrail.core.corpus import iter_corpus
+from guardrail.core.events import Step, StepKind, ToolEvent
+from guardrail.core.runstore.recorder import may_hold_secret, redact_content, step_record
+from tests.hostile.spans import secret_cases
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _corpus_strings(limit_per_corpus: int = 400) -> Iterator[str]:
+    roots = sorted((REPO / "traces" / "corpora").iterdir())
+    shared = REPO.parent / "shared" / "corpora" / "sentinel"
+    if shared.is_dir():
+        roots += sorted(p for p in shared.iterdir() if (p / "manifest.json").is_file())
+    for root in roots:
+        if not (root / "manifest.json").is_file():
+            continue
+        for count, episode in enumerate(iter_corpus(root)):
+            if count >= limit_per_corpus:
+                break
+            if episode.task:
+                yield episode.task
+            for step in episode.steps:
+                yield step.text
+                for event in step.tool_events:
+                    yield from _strings(event.args)
+                    if event.result:
+                        yield event.result
+
+
+def test_every_planted_secret_takes_the_full_rules():
+    for case in secret_cases(0) + secret_cases(1):
+        texts = list(_strings(case.payload))
+        assert any(may_hold_secret(text) for text in texts) or any(
+            spans._SECRET_KEY_NAME.fullmatch(key) for key in _strings(case.payload)), case.name
+
+
+def test_what_the_fast_path_keeps_the_full_rules_would_keep():
+    kept = 0
+    for text in _corpus_strings():
+        if not may_hold_secret(text):
+            kept += 1
+            assert spans.redact_text(text) == text, text[:300]
+    assert kept > 1000  # the fast path is taken for most real content, or it saves nothing
+
+
+@pytest.mark.parametrize("case", secret_cases(2), ids=lambda c: c.name)
+def test_a_secret_in_a_step_never_reaches_the_store(case):
+    payload = case.payload if isinstance(case.payload, dict) else {"text": case.payload}
+    text = case.payload if isinstance(case.payload, str) else json.dumps(case.payload)
+    step = Step(index=0, kind=StepKind.TOOL_CALL, text=f"calling: {text}", task=text,
+                tool_events=[ToolEvent(name="call", args=payload, result=text)])
+    assert case.secret not in step_record(step)
+    assert case.secret not in json.dumps(redact_content({"task": text, "nested": [{"note": text}]}))
