@@ -14,6 +14,10 @@
   the workbench has all its results; a text step once the next model call starts or the run ends
   (then it is the final answer).
 - `GuardAlarmTermination` stops a team on the first alarm or repair verdict since its last reset.
+  With ``Guard(on_alarm="stop")`` (or ``"repair"`` in intervene mode) the guarded model client also
+  answers every call after an alarm with a final "Stopped by guardrail" message instead of reaching
+  the model, so a lone agent ends there too.
+- The task is the one given to `AutoGenGuard`, else the first user message the model is sent.
 
 One `AutoGenGuard` is one episode at a time: the first event starts it, `finish` closes it, and the
 next event starts the next one. Use one `AutoGenGuard` per concurrent run.
@@ -34,7 +38,14 @@ from typing import Any
 from autogen_agentchat.base import TerminatedException, TerminationCondition
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
 from autogen_core import CancellationToken
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelInfo, RequestUsage
+from autogen_core.models import (
+    ChatCompletionClient,
+    CreateResult,
+    LLMMessage,
+    ModelInfo,
+    RequestUsage,
+    UserMessage,
+)
 from autogen_core.tools import BaseTool, StaticWorkbench, TextResultContent, ToolResult, ToolSchema, Workbench
 
 from adapters.common import asafe_decision, call_action, log, with_problem
@@ -141,6 +152,24 @@ class AutoGenGuard:
 
     def clear_alarm(self) -> None:
         self._alarm = None
+
+    def learn_task(self, messages: Sequence[LLMMessage]) -> None:
+        """Take the episode's task from the first user message a model call is sent, when none was given."""
+        ctx = self.context
+        if ctx.episode.task is not None:
+            return
+        first = next((m.content for m in messages if isinstance(m, UserMessage) and isinstance(m.content, str)), None)
+        if isinstance(first, str):
+            ctx.episode.task = first  # this episode's only: the next run's task is its own first message
+
+    def stop_result(self) -> CreateResult | None:
+        """What a model call gets instead of the model once the run alarmed and the policy ends it there."""
+        alarm = self._alarm
+        if alarm is None or not getattr(self.guard, "stops_on_alarm", False):
+            return None
+        return CreateResult(finish_reason="stop", content=f"Stopped by guardrail ({alarm.verdict.value}): "
+                                                          f"{alarm.message()}",
+                            usage=RequestUsage(prompt_tokens=0, completion_tokens=0), cached=False)
 
     # ----------------------------------------------------------------- steps
     async def _emit_ready(self, *, final: bool = False) -> None:
@@ -341,6 +370,22 @@ class GuardedChatCompletionClient(ObservedChatCompletionClient):
 
     async def _to_guard(self, created: CreateResult, latency_s: float | None) -> None:
         await self.guarded.on_model_output(created, agent=self.agent, latency_s=latency_s)
+
+    async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+        self.guarded.learn_task(messages)
+        stop = self.guarded.stop_result()
+        return stop if stop is not None else await super().create(messages, **kwargs)
+
+    async def create_stream(  # type: ignore[override]  # same signature, written as an async generator
+        self, messages: Sequence[LLMMessage], **kwargs: Any
+    ) -> AsyncGenerator[str | CreateResult, None]:
+        self.guarded.learn_task(messages)
+        stop = self.guarded.stop_result()
+        if stop is not None:
+            yield stop
+            return
+        async for chunk in super().create_stream(messages, **kwargs):
+            yield chunk
 
 
 class ObservedWorkbench(Workbench):

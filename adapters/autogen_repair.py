@@ -238,7 +238,7 @@ async def arun_autogen(repairer: Repairer, agent: Any, task: str, *, tools: Coll
     steps = run.steps()
     answer = None if watch.trip else run.answer
     flags = watch.finish(answer)
-    early = repairer.before_repair(episode_id, flags, steps, watch.trip, answer)
+    early = repairer.before_repair(episode_id, flags, steps, watch.trip, answer, watch.alarms)
     if early is not None:
         early.delivered = run
         return early
@@ -366,7 +366,7 @@ async def arun_autogen_team(repairer: Repairer, team: Any, task: str, *, tools: 
     steps = run.steps()
     answer = None if watch.trip else run.answer
     flags = await asyncio.to_thread(watch.finish, answer)
-    early = repairer.before_repair(episode_id, flags, steps, watch.trip, answer)
+    early = repairer.before_repair(episode_id, flags, steps, watch.trip, answer, watch.alarms)
     if early is not None:
         early.delivered = run
         return early

@@ -131,7 +131,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
     (intervene mode, a blocking finding); what it returns is merged into the final state update.
     ``on_decision(decision)`` sees every non-allow decision (for logging or a UI).
     ``stop_on_alarm=True`` ends the run when the step monitor raises an alarm: the next model call is
-    answered with a final "Stopped by guardrail" message instead of reaching the model.
+    answered with a final "Stopped by guardrail" message instead of reaching the model; by default it
+    follows the guard's alarm policy (``Guard(on_alarm="stop")``, or ``"repair"`` in intervene mode).
     ``repair=True`` (a default `Repairer` over this guard) or ``repair=Repairer(...)`` repairs a
     ``repair`` verdict inside the run (see the module docstring); the guard must be in intervene
     mode for that verdict to exist, and the graph compiled with a checkpointer and bound with `bind`.
@@ -145,7 +146,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         *,
         on_repair: RepairCallback | None = None,
         on_decision: DecisionCallback | None = None,
-        stop_on_alarm: bool = False,
+        stop_on_alarm: bool | None = None,
         cwd: str | None = None,
         framework: str = "langgraph",
         repair: bool | Repairer = False,
@@ -160,7 +161,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         self.graph: Any = None
         self.on_repair = on_repair
         self.on_decision = on_decision
-        self.stop_on_alarm = stop_on_alarm
+        self.stop_on_alarm = bool(getattr(guard, "stops_on_alarm", False)) if stop_on_alarm is None else stop_on_alarm
         self.cwd = cwd
         self.framework = framework
         self._runs: dict[str, _Run] = {}
@@ -342,7 +343,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         findings_before = self._findings_of(episode_id)
         decision = self._notify(safe_decision("on_finish", lambda: self.guard.on_finish(episode_id)))
         self._forget(episode_id)
-        findings = findings_before + [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
+        findings = _with_new(findings_before, decision)
         update = self._finish_update(decision, episode_id, findings)
         if self.repairer is not None and decision.verdict is Verdict.REPAIR:
             return {**update, **self._repair_inline(decision, state, episode_id)}
@@ -358,7 +359,7 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
         findings_before = self._findings_of(episode_id)
         decision = self._notify(await asafe_decision("on_finish", lambda: self.guard.aon_finish(episode_id)))
         self._forget(episode_id)
-        findings = findings_before + [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
+        findings = _with_new(findings_before, decision)
         update = self._finish_update(decision, episode_id, findings)
         if self.repairer is not None and decision.verdict is Verdict.REPAIR:
             return {**update, **(await self._arepair_inline(decision, state, episode_id))}
@@ -391,7 +392,8 @@ class GuardMiddleware(AgentMiddleware[GuardedAgentState, Any, Any]):
             return {"error": "inline repair needs a checkpointer and a thread_id (configurable.thread_id)"}
         fork_episode = f"{episode_id}:fork:{uuid.uuid4().hex[:8]}"
         run_config = {"configurable": {FORK_KEY: fork_episode}, "recursion_limit": config.get("recursion_limit", 25)}
-        flags = [f for f in decision.findings if is_flag(f)] or list(decision.findings)
+        on_alarm = str(getattr(self.guard, "on_alarm", "repair"))
+        flags = [f for f in decision.findings if is_flag(f, on_alarm)] or list(decision.findings)
         return {"thread": {"configurable": {"thread_id": thread_id}}, "flags": flags, "run_config": run_config,
                 "task": _last_human_text(state.get("messages", [])), "messages": list(state.get("messages", [])),
                 "tools": _tool_names(self.graph), "fork_episode": fork_episode}
@@ -690,6 +692,12 @@ def _tool_names(graph: Any) -> list[str]:
     return sorted(names) if isinstance(names, dict) else []
 
 
+def _with_new(findings_before: list[dict[str, Any]], decision: Decision) -> list[dict[str, Any]]:
+    """The run's findings: those before the end, then the end-of-run decision's (which repeats the run's alarms)."""
+    new = [f.model_dump(mode="json", exclude_defaults=True) for f in decision.findings]
+    return findings_before + [f for f in new if f not in findings_before]
+
+
 def _plan_failed(error: str) -> dict[str, Any]:
     """The state update when a flagged run cannot be forked (no checkpointer, no thread, no checkpoint)."""
     _log.warning("guardrail: %s", error)
@@ -708,7 +716,9 @@ def _repair_update(outcome: RepairOutcome, original_head: dict[str, Any], messag
         "fork_checkpoint": last.checkpoint_id if last else None,  # where the fork starts (a checkpoint of the original)
         "fork_head": head,  # the repaired branch's last checkpoint (None when no fork passed)
         "original_checkpoint": original_head.get("configurable", {}).get("checkpoint_id"),
+        "target_step": outcome.target_step,  # the model step the forks re-ran from
         "extra_model_calls": outcome.extra_model_calls,
+        "reason": outcome.reason,  # why it was not repaired: per attempt, the check still failing and the hint sent
         "answer": outcome.answer,
         "original_answer": outcome.original_answer,
         "findings": [f.model_dump(mode="json", exclude_defaults=True) for f in outcome.findings],

@@ -2,7 +2,7 @@
 
     graph = create_agent(model, tools, checkpointer=sqlite_checkpointer("runs.db"))
     outcome = run_langgraph(Repairer(guard), graph, {"messages": [HumanMessage(task)]}, config)
-    outcome.outcome   # clean | repaired | unrepaired | halted | escalated | logged
+    outcome.outcome   # clean | warned | repaired | unrepaired | halted | escalated | logged
 
 Any LangGraph saver works (SQLite by default, Postgres for many workers). A fork is ``update_state``
 on the chosen checkpoint's config: the original checkpoints stay in the saver, unchanged.
@@ -349,7 +349,7 @@ def run_langgraph(repairer: Repairer, graph: Any, inputs: Any, config: dict[str,
     steps = _stream(graph, graph.stream(inputs, config, stream_mode="values"), config, watch, messages_key, task)
     answer = None if watch.trip else final_answer(steps)
     flags = watch.finish(answer)
-    early = repairer.before_repair(episode_id, flags, steps, watch.trip, answer)
+    early = repairer.before_repair(episode_id, flags, steps, watch.trip, answer, watch.alarms)
     if early is not None:
         early.config = graph.get_state(config).config
         return early

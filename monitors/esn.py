@@ -28,6 +28,7 @@ class EsnCusum:
     """
 
     name = "esn_cusum_max"
+    cumulative = True  # max over per-channel CUSUMs: 0 until one channel starts accumulating
 
     def __init__(self, n_members: int = 2, n_units: int = 12, leak: float = 0.5, spectral_radius: float = 0.9,
                  density: float = 0.25, input_scale: float = 0.5, ridge: float = 1.0, kappa: float = 0.5,

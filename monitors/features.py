@@ -32,6 +32,7 @@ from monitors.novelty import (
     EpisodeKeys,
     HealthyLexicon,
     args_text,
+    argument_words,
     episode_keys,
     shape_key,
     text_key,
@@ -314,6 +315,7 @@ class TelemetryStream:
         arg_relevance = 1.0
         call_words: set[str] = set()
         result_words: set[str] = set()
+        novelty_args: set[str] = set()  # the call's words for novelty: entity-like tokens as their class
         if events:
             for ev in events:
                 args = args_text(ev.args)
@@ -324,7 +326,13 @@ class TelemetryStream:
                 if ev.name == self._last_tool:
                     same_tool = 1.0
                 self._last_tool = ev.name
-                call_words |= _words(args, cap)
+                said = _words(args, cap)
+                call_words |= said
+                if self._lexicon is not None:
+                    plain, entities = argument_words(args, cap, said)
+                    novelty_args |= plain
+                    if len(self._seen_words) < _CONTEXT_CAP:
+                        self._seen_words |= entities  # an answer or a later result that names them is not new
             result_words = _words(result, cap)
             if call_words:
                 # Lexical relevance: does the result mention what was asked for (wrong documents do not)?
@@ -340,7 +348,7 @@ class TelemetryStream:
         shape_surprisal, word_novelty = (0.0, 0.0)
         if self._lexicon is not None:
             # The same words `monitors.novelty.step_vocabulary` gives the lexicon: what was asked and read.
-            shape_surprisal, word_novelty = self._novelty(step, call_words | result_words if events else text_words)
+            shape_surprisal, word_novelty = self._novelty(step, novelty_args | result_words if events else text_words)
         return (
             arg_relevance,
             context_relevance,

@@ -25,6 +25,7 @@ class NoveltyCusum:
     """CUSUM of shape surprisal + word novelty (see the module docstring); needs the g channel with novelty on."""
 
     name = "novelty_cusum"
+    cumulative = True  # a CUSUM: its change point is the step after its last 0 (`HybridStream.onset`)
 
     def __init__(self, word_weight: float = 5.0, kappa: float = 1.0) -> None:
         self.word_weight = word_weight

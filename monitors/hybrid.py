@@ -9,6 +9,7 @@ on validation, test or injected episodes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,6 +97,7 @@ class Hybrid:
                         perturbed_max[j, k] = _max(score_sequence(fold_detector, seq))
             self.detectors_.append(detector.fit(healthy, slices))
         healthy_max = np.array([[_max(scores) for scores in row] for row in oof]).reshape(n, len(self.components))
+        self.oof_component_maxima_ = healthy_max  # (n, k): each component's out-of-fold maximum per episode
         self.calibrators_ = [RobustZ().fit(healthy_max[:, k]) for k in range(len(self.components))]
         self.tails_ = ([TailEvidence().fit(healthy_max[:, k]) for k in range(len(self.components))]
                        if self.fusion == "fisher" else [])
@@ -192,7 +194,7 @@ class HybridStream:
     """Per step: each component's stream, its running max, robust-z, then the fusion (plain floats: k is 1-3)."""
 
     __slots__ = ("_h", "_streams", "_running", "_medians", "_scales", "_weights", "_fusion", "_intercept", "_tails",
-                 "_raw_max")
+                 "_raw_max", "_floors", "_starts", "_onsets", "_t")
 
     def __init__(self, hybrid: Hybrid) -> None:
         self._h = hybrid
@@ -205,22 +207,39 @@ class HybridStream:
         self._fusion = hybrid.fusion
         self._intercept = hybrid.intercept_
         self._tails = hybrid.tails_
+        # Where each component's excursion began: a CUSUM's change point is the step after its last 0; any
+        # other score's excursion is its run of steps above the healthy median maximum.
+        self._floors = [0.0 if getattr(d, "cumulative", False) else c.median_
+                        for d, c in zip(hybrid.detectors_, hybrid.calibrators_, strict=True)]
+        self._starts = [0] * len(self._streams)
+        self._onsets = [0] * len(self._streams)  # the excursion start behind each running maximum
+        self._t = 0
 
     def update(self, x: np.ndarray) -> float:
+        t = self._t
+        self._t = t + 1
+        floors, starts = self._floors, self._starts
         if self._fusion == "fisher":
             # Sum over components of the evidence (-log p) of each one's running maximum.
             raw, running, tails = self._raw_max, self._running, self._tails
             for k, stream in enumerate(self._streams):
                 score = stream.update(x)
+                if score <= floors[k]:
+                    starts[k] = t + 1
                 if score > raw[k]:
                     raw[k] = score
                     running[k] = tails[k].evidence(score)
+                    self._onsets[k] = min(starts[k], t)
             return sum(running)
         zs = []
         for k, stream in enumerate(self._streams):
-            z = (stream.update(x) - self._medians[k]) / self._scales[k]
+            score = stream.update(x)
+            if score <= floors[k]:
+                starts[k] = t + 1
+            z = (score - self._medians[k]) / self._scales[k]
             if z > self._running[k]:
                 self._running[k] = z
+                self._onsets[k] = min(starts[k], t)
             zs.append(self._running[k] if self._fusion == "logistic" else z)
         if self._fusion == "max":
             return max(zs)
@@ -228,6 +247,19 @@ class HybridStream:
         for w, z in zip(self._weights, zs, strict=True):
             fused += w * min(z, 50.0)
         return fused
+
+    ONSET_EVIDENCE = math.log(10.0)  # nats: a component counts for the onset once beyond 90% of healthy maxima
+
+    def onset(self) -> int:
+        """The step (0-based, in this stream) where the departure that drives the score began: the earliest
+        excursion start among the components whose maximum is unusual for a healthy run (fisher: evidence
+        beyond `ONSET_EVIDENCE`), else the most anomalous component's. Never after the current step."""
+        running = self._running
+        if not running:
+            return 0
+        top = max(range(len(running)), key=running.__getitem__)
+        loud = [k for k, v in enumerate(running) if v >= self.ONSET_EVIDENCE] if self._fusion == "fisher" else []
+        return min(self._onsets[k] for k in (loud or [top]))
 
     def component_scores(self) -> dict[str, float]:
         return {name: float(z) for name, z in zip(self._h.components, self._running, strict=True)}

@@ -17,6 +17,9 @@ __all__ = ["MonitorLayer"]
 class MonitorLayer(Layer):
     """`MonitorLayer(model)`: `on_step` records the streaming score and returns one alarm finding at the first crossing.
 
+    The finding's ``step`` is where the score crossed; ``evidence["onset_step"]`` where the departure
+    began (the repair rolls back to before it).
+
     `model` is a fitted, calibrated `StepMonitor` or the path of a model file. Whether the run ended
     with an answer is the verifiers' completion check (`verifiers.completion`), not the monitor's.
     """
@@ -49,12 +52,16 @@ class MonitorLayer(Layer):
         ctx.record_score(self, score)
         if already or not stream.alarmed:
             return None
-        evidence: dict[str, Any] = {"threshold": self.model.threshold_, "scores": stream.channel_scores()}
+        # The stream counts the steps it was fed; the episode's own indices may start elsewhere.
+        onset = step.index - (stream.alarm_step or 0) + (stream.onset_step or 0)
+        evidence: dict[str, Any] = {"threshold": self.model.threshold_, "scores": stream.channel_scores(),
+                                    "onset_step": onset}
+        since = f" (departing from step {onset})" if onset < step.index else ""
         return [Finding(
             layer=self.name, check="step_monitor", severity=Severity.ALARM, step=step.index, score=score,
-            message=(f"Step {step.index}: the trajectory left the healthy range (score {score:.3g} > threshold "
-                     f"{self.model.threshold_:.3g})."),
+            message=(f"Step {step.index}: the trajectory left the healthy range{since} (score {score:.3g} > "
+                     f"threshold {self.model.threshold_:.3g})."),
             evidence=evidence,
-            hint="the run may be looping, cascading tool errors or working from corrupted results; "
+            hint="The run may be looping, cascading tool errors or working from corrupted results; "
                  "consider rolling back to the last checkpoint",
         )]

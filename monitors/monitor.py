@@ -2,7 +2,9 @@
 
 ``monitor = StepMonitor().fit(healthy_train).calibrate(healthy_val)``; then per episode
 ``stream = monitor.start()`` and ``score = stream.update(step)`` (constant time per step);
-``stream.alarm_step`` is the first step whose score crossed ``threshold_``.
+``stream.alarm_step`` is the first step whose score crossed ``threshold_``, ``stream.onset_step``
+the step where the departure behind that crossing began (a CUSUM's change point; see
+`monitors.hybrid.HybridStream.onset`), never after it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from guardrail.core.events import Episode, Step
+from monitors.budget import BudgetCheck, check_budget
 from monitors.calibration import CALIBRATION_METHODS, Calibration, conformal_threshold
 from monitors.features import Telemetry, TelemetryStream
 from monitors.hybrid import Hybrid, HybridStream
@@ -128,6 +131,7 @@ class StepMonitor:
                               n_folds=self.n_folds, random_state=self.random_state)
         self.hybrid_.fit(features, self.telemetry_.slices_, perturbed)
         self.n_train_ = len(features)
+        self.train_lengths_ = [len(f) for f in features]
         self.threshold_ = float("inf")  # "split": no alarms until calibrated on healthy validation episodes
         self.calibration_: Calibration | None = None
         self._weak_calibration: str | None = None
@@ -141,6 +145,30 @@ class StepMonitor:
             # Said when the threshold is first used, not here: a `calibrate` that follows replaces it.
             self._weak_calibration = str(caught[0].message) if caught else None
         return self
+
+    def check_budget(self, healthy: Sequence[Episode]) -> BudgetCheck:
+        """Whether the false-alarm budget will hold on later and on longer runs (`monitors.budget`).
+
+        `healthy` are the episodes this monitor was fitted on, in the order they were recorded (as given
+        to `fit`). The time check refits this configuration on each prefix of them (telemetry lexicon
+        included) and counts alarms on the runs that follow; the length check reads the fitted model's own
+        out-of-fold maxima.
+        """
+        usable = [e for e in healthy if e.steps]
+        if not hasattr(self, "hybrid_") or len(usable) != self.n_train_:
+            raise ValueError("check_budget takes the healthy episodes the monitor was fitted on, in the same order")
+        params = {k: v for k, v in self.get_params().items() if k != "telemetry"}
+
+        def forward(cut: int, end: int) -> tuple[int, int]:
+            prefix = StepMonitor(**{**params, "calibration": "crossfit"}, telemetry=self.telemetry)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a short prefix's small-n warning: the check reports rates
+                prefix.fit(usable[:cut])
+                later = [prefix.score_episode(e).alarm_step is not None for e in usable[cut:end]]
+            return sum(later), len(later)
+
+        return check_budget(self.train_lengths_, self.hybrid_.oof_maxima_, self.hybrid_.oof_component_maxima_,
+                            self.components, self.threshold_, self.beta, forward)
 
     def calibrate(self, healthy_val: Sequence[Episode], beta: float | None = None) -> StepMonitor:
         """Split-conformal threshold from held-out healthy validation episodes (replaces a cross-fit one)."""
@@ -189,13 +217,14 @@ class StepMonitor:
 class MonitorStream:
     """One episode: featurize the step once, score it with every detector, fuse, compare with the threshold."""
 
-    __slots__ = ("_features", "_scores", "_threshold", "alarm_step", "last_score", "_t")
+    __slots__ = ("_features", "_scores", "_threshold", "alarm_step", "onset_step", "last_score", "_t")
 
     def __init__(self, monitor: StepMonitor, task: str | None = None) -> None:
         self._features: TelemetryStream = monitor.telemetry_.start(task)
         self._scores: HybridStream = monitor.hybrid_.start()
         self._threshold = monitor.threshold_
         self.alarm_step: int | None = None
+        self.onset_step: int | None = None  # where the departure behind the alarm began (set with alarm_step)
         self.last_score = float("-inf")
         self._t = 0
 
@@ -203,6 +232,7 @@ class MonitorStream:
         score = self._scores.update(self._features.update(step))
         if self.alarm_step is None and score > self._threshold:
             self.alarm_step = self._t
+            self.onset_step = min(self._scores.onset(), self._t)
         self._t += 1
         self.last_score = score
         return score

@@ -28,7 +28,7 @@ import numpy as np
 
 from guardrail.core.events import Episode, Step
 
-__all__ = ["EpisodeKeys", "HealthyLexicon", "episode_keys", "result_shape", "text_key"]
+__all__ = ["EpisodeKeys", "HealthyLexicon", "argument_words", "episode_keys", "result_shape", "text_key"]
 
 SHAPE_INPUT_CAP = 256  # characters of a result whose shape is taken (its head: the form, not the payload)
 SHAPE_CAP = 64
@@ -37,6 +37,13 @@ _SHAPE_CLASSES = str.maketrans({**dict.fromkeys(string.digits, "9"), **dict.from
 _NUMBER_RUN = re.compile(r"9[9.,]*9")
 _WORD_RUN = re.compile(r"a[a ,]*a")
 _WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+# A token as written (case kept): letters and digits, joined by - _ . inside ("SKU-1003", "Dakar", "12kg", "v2.1").
+_TOKEN = r"[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?"
+# The tokens that can be entities: those starting with a capital, or holding a digit (the rest are plain words).
+_ENTITY_TOKEN = re.compile(rf"(?<![\w.-])(?=[A-Z]|[\w.-]*\d){_TOKEN}")
+_DIGIT_RUN = re.compile(r"9+")
+_LETTER_RUN = re.compile(r"a+")
+ENTITY_MARK = "\x01"  # entity classes start with a byte no word has, so a class never meets a word
 
 
 def result_shape(result: str) -> str:
@@ -70,6 +77,46 @@ def step_words(text: str, cap: int) -> set[str]:
     return set(_WORD.findall(text[:cap].lower()))
 
 
+def entity_class(token: str) -> str | None:
+    """The class of an entity-like token, or None for an ordinary word.
+
+    Names (capitalised: ``Dakar``, ``Jane``, ``USD``) are ``Aa`` / ``A``; identifiers and numbers with units
+    (a letter and a digit: ``SKU-1003``, ``item-3``, ``12kg``, ``v2``) their shape, as result shapes
+    generalize digits (``a-9``, ``9a``, ``a9``). A deployment's next city, customer or SKU is then one more
+    member of a class its healthy runs already used, not a new word.
+    """
+    has_digit = any(c.isdigit() for c in token)
+    if has_digit:
+        if not any(c.isalpha() for c in token):
+            return None  # a bare number: never a word (the word pattern starts with a letter)
+        shape = _LETTER_RUN.sub("a", _DIGIT_RUN.sub("9", token.translate(_SHAPE_CLASSES)))
+        return ENTITY_MARK + shape[:SHAPE_CAP]
+    if token[0].isupper():
+        return ENTITY_MARK + ("Aa" if any(c.islower() for c in token) else "A")
+    return None
+
+
+def argument_words(text: str, cap: int, words: set[str] | None = None) -> tuple[set[str], set[str]]:
+    """A tool call's arguments for the novelty channel: (its words with every entity-like token replaced by its
+    `entity_class`, the entity tokens' own lowercase words). `words` are `step_words` of the same text, when
+    the caller has them.
+
+    Arguments are where a task's entities enter a run (the city to look up, the SKU to price, the
+    customer to fetch). Their classes are what the novelty score compares with healthy runs; their own
+    words join the episode's context, so a result or an answer that repeats them is not new either.
+    Hot path: one C-level scan finds the candidate tokens; Python touches only those.
+    """
+    head = text[:cap]
+    plain = set(_WORD.findall(head.lower())) if words is None else set(words)
+    entities: set[str] = set()
+    for token in _ENTITY_TOKEN.findall(head):
+        kind = entity_class(token)
+        if kind is not None:
+            plain.add(kind)
+            entities.update(_WORD.findall(token.lower()))
+    return plain - entities, entities
+
+
 def args_text(args: Any) -> str:
     if isinstance(args, dict):
         return " ".join(str(v) for v in args.values())
@@ -77,14 +124,16 @@ def args_text(args: Any) -> str:
 
 
 def step_vocabulary(step: Step, cap: int) -> set[str]:
-    """The words a step brings: a tool step's call arguments and results (what it asked for and read; the
-    telemetry computes the same two sets for its relevance features), any other step's text."""
+    """The words a step brings: a tool step's call arguments (entity-like tokens as their class, and their own
+    words; `argument_words`) and results (what it asked for and read; the telemetry computes the same sets),
+    any other step's text."""
     events = step.tool_events
     if not events:
         return step_words(step.text or "", cap)
     words: set[str] = set()
     for event in events:
-        words |= step_words(args_text(event.args), cap)
+        plain, entities = argument_words(args_text(event.args), cap)
+        words |= plain | entities
     return words | step_words("".join((event.result or "")[:cap] for event in events), cap)
 
 

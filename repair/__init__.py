@@ -10,7 +10,7 @@ them together (`Repairer`). The framework drivers live beside their adapters::
     from adapters.autogen_repair import arun_autogen                           # AutoGen save_state/load_state
     outcome = await arun_autogen(Repairer(guard), agent, task)
 
-    outcome.outcome   # clean | repaired | unrepaired | halted | escalated | logged
+    outcome.outcome   # clean | warned | repaired | unrepaired | halted | escalated | logged
     outcome.answer    # what to deliver (None when no run passed its checks)
 
 Contract violations and circuit-breaker trips reach ``Repairer(on_escalate=...)`` as an

@@ -16,7 +16,7 @@ __all__ = ["CircuitBreaker", "LoopDetector", "Trip"]
 class Trip:
     """Why the breaker ended the run."""
 
-    reason: str  # "loop" | "repair_exhausted" | "step_budget"
+    reason: str  # "loop" | "repair_exhausted" | "step_budget" | "alarm" (a run ended by on_alarm="stop")
     message: str
     step: int | None = None
 

@@ -18,7 +18,7 @@ logger = logging.getLogger("guardrail.repair")
 # these go to the application (paper, section 10: "A contract violation is escalated, never repaired").
 ESCALATED_CHECKS = frozenset({"tool_contract", "internal_error"})
 
-EscalationReason = Literal["contract_violation", "guard_error", "loop", "repair_exhausted", "step_budget"]
+EscalationReason = Literal["contract_violation", "guard_error", "loop", "repair_exhausted", "step_budget", "alarm"]
 
 
 class Escalation(BaseModel):

@@ -29,6 +29,7 @@ __all__ = [
     "RepairSession",
     "Repairer",
     "StepWatch",
+    "describe_attempts",
     "final_answer",
     "is_flag",
 ]
@@ -46,12 +47,42 @@ REPAIR_OUTCOME = "guardrail.repair.outcome"
 REPAIR_CHECKPOINT_ID = "guardrail.repair.checkpoint_id"
 
 AttemptOutcome = Literal["passed", "still_flagged", "halted", "not_applicable", "error", "logged"]
-RunOutcome = Literal["clean", "repaired", "unrepaired", "halted", "escalated", "logged"]
+RunOutcome = Literal["clean", "warned", "repaired", "unrepaired", "halted", "escalated", "logged"]
+_REASON_CHARS = 400  # per finding and per hint in an outcome's reason: they quote what the agent saw
 
 
-def is_flag(finding: Finding) -> bool:
-    """A finding that asks for repair: blocking (a failed check or a blocked call) or a monitor alarm."""
-    return finding.blocking or finding.severity is Severity.ALARM
+def is_flag(finding: Finding, on_alarm: str = "repair") -> bool:
+    """A finding that asks for repair: blocking (a failed check or a blocked call), or a monitor alarm when the
+    guard's alarm policy (`guardrail.core.guard.Guard.on_alarm`) is ``"repair"``."""
+    return finding.blocking or (finding.severity is Severity.ALARM and on_alarm == "repair")
+
+
+def _short(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 3] + "..."
+
+
+def describe_attempts(attempts: Sequence[RepairAttempt]) -> str:
+    """Each attempt in one line: where it forked, what it still failed (check, step, message) and the hint sent."""
+    lines = []
+    for a in attempts:
+        head = f"attempt {a.attempt + 1} ({a.rung}, re-run from step {a.target_step}): "
+        if a.outcome == "passed":
+            body = "passed every check"
+        elif a.outcome == "error":
+            body = f"the fork failed: {_short(a.error)}"
+        elif a.outcome == "not_applicable":
+            body = f"rung not applicable: {_short(a.error)}"
+        else:
+            failed = "; ".join(f"{f.layer}/{f.check}" + (f" at step {f.step}" if f.step is not None else "")
+                               + f": {_short(f.message).rstrip('.')}" for f in a.findings[:3])
+            if a.outcome == "halted":
+                body = "halted by the circuit breaker" + (f" (still failing {failed})" if failed else "")
+            else:
+                body = f"still failed {failed}" if failed else "ended without a final answer"
+        hint = f"; hint sent: {_short(a.hint)!r}" if a.hint else "; no hint sent (resample)"
+        lines.append(head + body + hint)
+    return "\n".join(lines)
 
 
 @dataclass
@@ -86,6 +117,13 @@ class RepairOutcome:
     trip: Trip | None = None
     config: dict[str, Any] | None = None  # LangGraph: config of the delivered branch's head checkpoint
     delivered: Any = None  # what the framework driver delivered (an AutoGen run with its saved states, ...)
+    reason: str | None = None  # why it was not repaired (halted, unrepaired, escalated): per attempt, the check
+    # that still failed, where, and the hint that was sent
+
+    @property
+    def target_step(self) -> int | None:
+        """The step the forks re-ran from (every attempt forks at the same checkpoint); None without a fork."""
+        return self.attempts[0].target_step if self.attempts else None
 
     @property
     def extra_model_calls(self) -> int:
@@ -102,9 +140,11 @@ class StepWatch:
         self.breaker_run = breaker_run
         self.count_from = count_from  # steps before this index are a reused prefix: the breaker does not count them
         self.stop_on_flag = stop_on_flag
+        self.on_alarm = str(getattr(guard, "on_alarm", "repair"))  # a plain pipeline Guard without the policy
         self.fed = 0
         self.trip: Trip | None = None
         self.flagged = False
+        self.alarms: list[Finding] = []  # the monitor's alarms on this run, whatever the policy
 
     def feed(self, steps: Sequence[Step]) -> bool:
         """Feed the steps not yet fed whose tool results have all arrived; True when the run must stop now."""
@@ -120,6 +160,11 @@ class StepWatch:
                     return True
             if self.flagged and self.stop_on_flag:
                 return True
+            if self.alarms and self.stop_on_flag and self.on_alarm == "stop":
+                first = self.alarms[0]
+                self.trip = Trip("alarm", f"the step monitor alarmed at step {first.step} and the alarm policy is "
+                                          f"'stop': {first.message}", first.step)
+                return True
         return False
 
     def _feed_one(self, step: Step) -> None:
@@ -132,13 +177,15 @@ class StepWatch:
                             truncated=event.result_truncated)
             findings += self.guard.after_result(self.ctx, action, result).findings
         findings += self.guard.on_step(self.ctx, step).findings
-        if any(is_flag(f) for f in findings):
+        self.alarms += [f for f in findings if f.severity is Severity.ALARM]
+        if any(is_flag(f, self.on_alarm) for f in findings):
             self.flagged = True
 
     def finish(self, answer: str | None) -> list[Finding]:
-        """Close the Guard episode (end-of-run checks) and return every flag it raised."""
+        """Close the Guard episode (end-of-run checks) and return every flag it raised (an alarm is one only when
+        the alarm policy repairs alarms; `alarms` holds them all)."""
         self.guard.on_finish(self.ctx, answer=answer)
-        return [f for f in self.ctx.findings if is_flag(f)]
+        return [f for f in self.ctx.findings if is_flag(f, self.on_alarm)]
 
 
 def final_answer(steps: Sequence[Step]) -> str | None:
@@ -244,15 +291,25 @@ class RepairSession:
         elif trip is not None or halted is not None:
             outcome = "halted"
             reason = trip.reason if trip is not None else "repair_exhausted"
+            told = trip.message if trip else "repair ended by the circuit breaker"
             escalation = Escalation(episode_id=self.episode_id, reason=reason,  # type: ignore[arg-type]
-                                    message=trip.message if trip else "repair ended by the circuit breaker",
-                                    step=trip.step if trip else self.flagged, findings=self.current,
+                                    message=f"{told}\n{describe_attempts(self.attempts)}".strip()[:4000],
+                                    step=trip.step if trip and trip.step is not None else self.flagged,
+                                    findings=self.current,
                                     attempts=len(self.attempts))
         else:
             outcome = "unrepaired"
+        why = None
+        if outcome == "halted" and escalation is not None:
+            why = escalation.message
+        elif outcome == "escalated" and escalation is not None:
+            why = f"{escalation.message}\n{describe_attempts(self.attempts)}".strip()
+        elif outcome == "unrepaired":
+            why = describe_attempts(self.attempts) or "no repair attempt could be made"
         result = RepairOutcome(outcome=outcome, answer=passed.answer if passed else None,
                                original_answer=original_answer, steps=self.original_steps,
-                               findings=self.findings, attempts=self.attempts, escalation=escalation, trip=trip)
+                               findings=self.findings, attempts=self.attempts, escalation=escalation, trip=trip,
+                               reason=why)
         if escalation is not None:
             self.repairer.escalate(escalation)
         return result
@@ -318,14 +375,22 @@ class Repairer:
         return self.guard.start_episode(episode_id, task=task, framework=framework, tools=tools, meta=meta)
 
     def before_repair(self, episode_id: str, flags: list[Finding], steps: list[Step], trip: Trip | None,
-                       answer: str | None) -> RepairOutcome | None:
-        """The outcome when no fork should run (clean, escalated, halted, or report mode); None to repair."""
+                       answer: str | None, alarms: Sequence[Finding] = ()) -> RepairOutcome | None:
+        """The outcome when no fork should run (clean, warned, escalated, halted, or report mode); None to repair.
+
+        `alarms` are the monitor's alarms on the run: with ``on_alarm="warn"`` they are not flags, and a run
+        with nothing else to repair is ``warned`` (its answer delivered, the alarms in `findings`).
+        """
         if trip is not None:
             halt = Escalation(episode_id=episode_id, reason=trip.reason,  # type: ignore[arg-type]
-                              message=trip.message, step=trip.step, findings=flags)
+                              message=trip.message, step=trip.step, findings=flags or list(alarms))
             self.escalate(halt)
-            return RepairOutcome("halted", None, answer, steps, flags, escalation=halt, trip=trip)
+            return RepairOutcome("halted", None, answer, steps, flags or list(alarms), escalation=halt, trip=trip,
+                                 reason=trip.message)
         if not flags:
+            if alarms:
+                return RepairOutcome("warned", answer, answer, steps, list(alarms),
+                                     reason="the step monitor alarmed; the alarm policy is 'warn'")
             return RepairOutcome("clean", answer, answer, steps, flags)
         escalation = escalation_for(episode_id, flags, self.escalated_checks)
         if escalation is not None:
@@ -358,7 +423,8 @@ class Repairer:
         if breaker_run is None and self.breaker is not None:
             breaker_run = self.breaker.new_run()
         repairer = self if rung is None else self._with_rung(rung)
-        return RepairSession(repairer, episode_id, [f for f in findings if is_flag(f)] or list(findings),
+        on_alarm = str(getattr(self.guard, "on_alarm", "repair"))
+        return RepairSession(repairer, episode_id, [f for f in findings if is_flag(f, on_alarm)] or list(findings),
                              original_steps, breaker_run, tools)
 
     def _with_rung(self, rung: Rung) -> Repairer:

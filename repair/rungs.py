@@ -55,6 +55,9 @@ def _primary(findings: Sequence[Finding]) -> Finding | None:
 def _where(finding: Finding) -> str:
     check = finding.check if finding.layer in ("", finding.check) else f"{finding.layer}/{finding.check}"
     at = f" at step {finding.step}" if finding.step is not None else ""
+    onset = finding.evidence.get("onset_step") if finding.severity is Severity.ALARM else None
+    if isinstance(onset, int) and finding.step is not None and onset < finding.step:
+        at += f" (the run departed from step {onset})"  # the step the fork re-runs from, or just after it
     return f"The check `{check}` failed{at}."
 
 
@@ -103,7 +106,7 @@ def make_hint(rung: Rung, findings: Sequence[Finding], *, attempt: int = 0, tool
         values = _values(primary.evidence)
         text = _where(primary) + (f" Recomputed from the tool results: {values}." if values else "")
         if primary.hint:
-            text += f" {primary.hint}"
+            text += f" {primary.hint.rstrip('.')}."
         text += " Correct the answer accordingly."
         return Hint(rung=rung, text=text[:_MAX_HINT_CHARS], check=check, step=step)
     if rung == "recompute":

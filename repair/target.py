@@ -1,4 +1,4 @@
-"""Where to roll back to: the last fact-gathering step before the flagged step, never past the task start."""
+"""Where to roll back to: the last fact-gathering step before the flagged step (an alarm's onset), never past the task start."""
 
 from __future__ import annotations
 
@@ -6,17 +6,28 @@ from collections.abc import Collection, Iterable, Sequence
 
 from guardrail.core.events import Finding, Severity, Step
 
-__all__ = ["flagged_step", "is_fact_gathering", "rollback_step"]
+__all__ = ["flagged_step", "is_fact_gathering", "onset_step", "rollback_step"]
+
+
+def onset_step(finding: Finding) -> int | None:
+    """Where the trouble a finding reports began: a monitor alarm's ``evidence["onset_step"]`` (the step where
+    the departure behind the crossing began, e.g. a CUSUM's change point) when it gives one, else its step."""
+    onset = finding.evidence.get("onset_step") if finding.severity is Severity.ALARM else None
+    if isinstance(onset, int) and not isinstance(onset, bool) and onset >= 0:
+        return onset if finding.step is None else min(onset, finding.step)
+    return finding.step
 
 
 def flagged_step(findings: Iterable[Finding]) -> int | None:
-    """The earliest step a finding asks to repair: a monitor alarm, a verifier's failing step, a gate's blocked call.
+    """The earliest step a finding asks to repair: a monitor alarm's onset, a verifier's failing step, a gate's
+    blocked call.
 
     Only blocking findings and alarms count; a finding without a step (an end-of-run check
     that cannot say where it went wrong) returns None and the caller uses the final step.
     """
-    steps = [f.step for f in findings if (f.blocking or f.severity is Severity.ALARM) and f.step is not None]
-    return min(steps) if steps else None
+    steps = [onset_step(f) for f in findings if f.blocking or f.severity is Severity.ALARM]
+    known = [s for s in steps if s is not None]
+    return min(known) if known else None
 
 
 def is_fact_gathering(step: Step, fact_tools: Collection[str] | None = None,

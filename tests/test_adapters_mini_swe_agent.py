@@ -27,7 +27,7 @@ from adapters.mini_swe_agent import (  # noqa: E402
 )
 from adapters.steps import steps_from_mini_swe_agent  # noqa: E402
 from guardrail import Guard  # noqa: E402
-from guardrail.core.events import StepKind, Verdict  # noqa: E402
+from guardrail.core.events import Finding, Severity, StepKind, Verdict  # noqa: E402
 from guardrail.core.layer import Layer  # noqa: E402
 from guardrail.gate.layer import GateLayer  # noqa: E402
 from tests.swerex_remote import swerex_remote  # noqa: E402
@@ -203,3 +203,17 @@ def test_sandbox_false_keeps_the_gate_on_this_machine(repo):
         assert env.backend is None and type(env.guard.layers[0].gate.backend).__name__ == "LocalBackend"
     with pytest.raises(ValueError, match="no SWE-ReX runtime"):
         GuardedEnvironment(LocalEnvironment(cwd=str(repo)), Guard([GateLayer(repo)]), sandbox=True)
+
+
+def test_the_end_of_run_decision_warns_when_the_monitor_alarmed(repo):
+    class AlarmOnFirstStep(Layer):
+        name = "monitor"
+
+        def on_step(self, ctx, step):
+            return [Finding(layer=self.name, check="step_monitor", message="off the healthy range",
+                            severity=Severity.ALARM, step=step.index)] if step.index == 0 else None
+
+    agent = guard_agent(_agent(_script(*TURNS[1:]), LocalEnvironment(cwd=str(repo))), Guard([AlarmOnFirstStep()]))
+    agent.run("add() subtracts")
+    finish = [d for d in agent.env.decisions if d.hook == "on_finish"]
+    assert [d.verdict for d in finish] == [Verdict.WARN] and finish[0].findings[0].check == "step_monitor"

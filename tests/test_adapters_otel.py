@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from adapters.span_processor import GuardSpanProcessor
 from guardrail import Guard
-from guardrail.core.events import Finding, StepKind
+from guardrail.core.events import Finding, Severity, StepKind
 from guardrail.core.layer import Layer
 
 MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
@@ -227,3 +227,28 @@ def test_on_end_only_queues_the_layers_run_on_the_worker_and_overload_is_counted
     assert processor.dropped_spans == 13 - 1 - 4  # twelve tool spans and the root: one in the worker, four queued
     assert [a.tool for a in slow.actions] == ["t0", "t1", "t2", "t3", "t4"]
     provider.shutdown()
+
+
+async def test_the_end_of_run_decision_warns_when_a_step_alarmed(processor_for):
+    class AlarmOnFirstStep(Layer):
+        name = "monitor"
+
+        def on_step(self, ctx, step):
+            return [Finding(layer=self.name, check="step_monitor", message="off the healthy range",
+                            severity=Severity.ALARM, step=step.index)] if step.index == 0 else None
+
+    def lookup(city: str) -> str:
+        """Look up a city."""
+        return f"{city}: sunny"
+
+    processor = processor_for(Guard([AlarmOnFirstStep()]))
+    client = ReplayChatCompletionClient([
+        CreateResult(finish_reason="function_calls", cached=False, usage=RequestUsage(prompt_tokens=1, completion_tokens=1),
+                     content=[FunctionCall(id="c1", name="lookup", arguments=json.dumps({"city": "Oslo"}))]),
+        "Sunny in Oslo."], model_info=MODEL_INFO)
+    agent = AssistantAgent("plain", model_client=client, tools=[FunctionTool(lookup, description="Look up a city.")],
+                           max_tool_iterations=2)
+    await agent.run(task="weather in Oslo")
+    assert processor.force_flush()
+    (_, decision), = processor.finished
+    assert decision.verdict.value == "warn" and decision.findings[0].check == "step_monitor"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from guardrail.core.events import Episode, Step, StepKind, ToolEvent
 from monitors.features import G_SHAPE_SURPRISAL, G_WORD_NOVELTY, Telemetry, _hash_trigrams
+from monitors.novelty import argument_words, entity_class
 from tests.fuzzing import FUZZ, json_values, nasty_text
 
 
@@ -214,3 +215,32 @@ def test_the_status_scan_finds_what_the_word_boundary_pattern_finds(text: str) -
     from monitors.features import _status_in
 
     assert _status_in(text) == bool(re.search(r"\b[45]\d\d\b", text))
+
+
+def test_entity_like_arguments_count_as_their_class() -> None:
+    words, entities = argument_words("Dakar SKU-1003 12kg item-3 v2 USD window seat 1500", 1024)
+    assert words == {"\x01Aa", "\x01a-9", "\x019a", "\x01a9", "\x01A", "window", "seat"}
+    assert entities == {"dakar", "sku", "item", "usd"}  # their own words join the episode's context
+    assert entity_class("Tallinn") == entity_class("Quito") and entity_class("SKU-2001") == entity_class("SKU-7")
+    assert entity_class("quito") is None and entity_class("1500") is None
+
+
+def test_a_city_no_healthy_run_named_is_not_novel_but_a_new_word_is() -> None:
+    def run(i: int, city: str) -> Episode:  # no task given: the entities first appear in the call
+        return Episode(episode_id=f"c{i}", steps=[
+            _tool_step(0, "lookup_hotel", {"city": city}, "$120/night"),
+            Step(index=1, kind=StepKind.FINAL, text=f"The hotel in {city} costs $120 a night.")])
+
+    telemetry = Telemetry().fit([run(i, city) for i, city in enumerate(["Prague", "Lisbon", "Oslo", "Quito"])])
+    unseen = telemetry.transform(run(9, "Tallinn"))
+    assert _g(telemetry, unseen)[:, G_WORD_NOVELTY].tolist() == [0.0, 0.0]  # the answer repeats the call's city
+    odd = telemetry.transform(run(9, "Tallinn").model_copy(update={"steps": [
+        _tool_step(0, "lookup_hotel", {"city": "rainforest canopy"}, "$120/night")]}))
+    assert _g(telemetry, odd)[0, G_WORD_NOVELTY] == pytest.approx(2 / 3)  # rainforest, canopy (not night): new
+
+
+def test_argument_words_are_bounded_on_hostile_arguments() -> None:
+    huge = "Ab1-" * 1_000_000 + "é" * 10_000
+    words, entities = argument_words(huge, 1024)
+    assert len(words) <= 2 and len(entities) <= 2  # only the capped head is read, as one shape class
+    assert argument_words("\x00\ud800 ⁂ ²³ Ωmega", 1024)[0] <= {"\x01Aa", "\x01a", "mega"} | {"ωmega"}

@@ -177,7 +177,7 @@ def test_live_alarm_stops_the_run_at_once_and_repairs_from_before_the_alarm(tmp_
     booking = Booking(tmp_path / "runs.db", seed=TOUR_SEED, arithmetic_rate=0.0,
                       fault=ContextCorruption(onset=1, duration=1, seed=TOUR_SEED))  # one corrupted result
 
-    outcome = run_langgraph(Repairer(Guard([SpliceAlarm(), AnswerCheck(booking.task)], mode="intervene")),
+    outcome = run_langgraph(Repairer(Guard([SpliceAlarm(), AnswerCheck(booking.task)], mode="intervene", on_alarm="repair")),
         booking.graph, booking.inputs, booking.config)
 
     assert outcome.findings[0].check == "hybrid" and outcome.findings[0].step == 1
@@ -192,7 +192,7 @@ def test_alarm_from_a_broken_tool_is_retried_then_halted(tmp_path: Path) -> None
                       fault=ContextCorruption(onset=1, seed=TOUR_SEED))  # every result from call 1 on
     received = []
 
-    outcome = run_langgraph(Repairer(Guard([SpliceAlarm()], mode="intervene"), on_escalate=received.append),
+    outcome = run_langgraph(Repairer(Guard([SpliceAlarm()], mode="intervene", on_alarm="repair"), on_escalate=received.append),
         booking.graph, booking.inputs, booking.config)
 
     assert [a.outcome for a in outcome.attempts] == ["still_flagged", "still_flagged"]

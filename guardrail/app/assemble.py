@@ -246,7 +246,8 @@ def default_guard(
     score candidates beside the live layers without acting; ``watch`` swaps in changed model and
     spec files at episode start; ``gate_options`` go to the gate (``budget_s``...). Asking for a layer whose package
     cannot load raises `LayerUnavailable` saying which; other keyword arguments go to the Guard
-    (``fail_closed``, ``capture_content``, ``tracer``, ``offload``).
+    (``on_alarm``: what a monitor alarm does, ``"warn"`` | ``"stop"`` | ``"repair"``, read by every
+    adapter; ``fail_closed``, ``capture_content``, ``tracer``, ``offload``).
     """
     off = _disabled(disable)
     make = cls or Guard
@@ -267,7 +268,9 @@ def default_guard(
     guard = make(layers, mode=mode, **guard_options)
     if isinstance(guard, Guard):
         guard.sampling = sampling
-        wants_repair = repair if repair is not None else checkpointer is not None
+        # on_alarm="repair" asks for the repairer as a checkpointer does (the adapters' inline repair runs it).
+        wants_repair = repair if repair is not None else (checkpointer is not None
+                                                          or guard_options.get("on_alarm") == "repair")
         if wants_repair and "repair" not in off:
             try:
                 from repair.repairer import Repairer

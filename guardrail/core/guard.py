@@ -37,11 +37,15 @@ from guardrail.core.metrics import GuardMetrics
 if TYPE_CHECKING:
     from guardrail.core.runstore.recorder import RunRecorder
 
-__all__ = ["Guard", "GuardError", "Mode"]
+__all__ = ["ON_ALARM", "Guard", "GuardError", "Mode", "OnAlarm"]
 
 _log = logging.getLogger("guardrail")
 
 Mode = Literal["report", "intervene"]
+OnAlarm = Literal["warn", "stop", "repair"]
+ON_ALARM: tuple[OnAlarm, ...] = ("warn", "stop", "repair")
+# Verdicts ranked by how much they ask of the adapter, for "at least" (the end-of-run alarm policy).
+_RANK = {Verdict.ALLOW: 0, Verdict.WARN: 1, Verdict.ALARM: 2, Verdict.REPAIR: 3, Verdict.BLOCK: 4}
 Hook = Literal["before_action", "after_result", "on_step", "on_finish"]
 
 
@@ -68,6 +72,13 @@ class Guard:
     probes leave the loop free. A layer marked ``offload = False`` (only short CPU work: the
     step monitor, the verifiers) runs on the loop, where it costs less than the hop.
     ``offload=False`` runs every sync layer inline.
+
+    ``on_alarm`` is what a step-monitor alarm (a finding of severity ``alarm``) does to the run,
+    read by every adapter: ``"warn"`` (default) lets it go on and makes the end-of-run verdict at
+    least ``warn``; ``"stop"`` ends the run at the alarm (the end-of-run verdict is at least
+    ``alarm``); ``"repair"`` in intervene mode also ends it there and makes the end-of-run verdict
+    ``repair``, so the adapter's repair (rollback to before the alarm's onset) runs; in report mode
+    it is ``alarm``. The end-of-run decision lists the alarms it was raised for.
     """
 
     def __init__(
@@ -82,15 +93,19 @@ class Guard:
         recorder: RunRecorder | None = None,
         tools: Mapping[str, dict[str, Any]] | None = None,
         meter: Any = None,
+        on_alarm: OnAlarm = "warn",
     ) -> None:
         if mode not in ("report", "intervene"):
             raise GuardError(f"mode must be 'report' or 'intervene', got {mode!r}")
+        if on_alarm not in ON_ALARM:
+            raise GuardError(f"on_alarm must be one of {list(ON_ALARM)}, got {on_alarm!r}")
         names = [layer.name for layer in layers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise GuardError(f"two layers share the name {duplicates}: give each layer a distinct name")
         self.layers: list[Layer] = list(layers)
         self.mode: Mode = mode
+        self.on_alarm: OnAlarm = on_alarm
         self.fail_closed = fail_closed
         self.capture_content = capture_content
         self.offload = offload
@@ -120,6 +135,16 @@ class Guard:
             (id(layer), hook): {tm.GUARDRAIL_LAYER: layer.name, tm.GUARDRAIL_HOOK: hook, tm.GUARDRAIL_MODE: mode}
             for layer in self.layers for hook in ("before_action", "after_result", "on_step", "on_finish")
         }
+
+    @property
+    def stops_on_alarm(self) -> bool:
+        """Whether an alarm ends the run where it fires (``on_alarm="stop"``, or ``"repair"`` in intervene mode)."""
+        return self.on_alarm == "stop" or (self.on_alarm == "repair" and self.mode == "intervene")
+
+    @property
+    def repairs_alarms(self) -> bool:
+        """Whether an alarm asks for repair (``on_alarm="repair"`` in intervene mode)."""
+        return self.on_alarm == "repair" and self.mode == "intervene"
 
     # ----------------------------------------------------------------- episodes
     def start_episode(
@@ -483,13 +508,22 @@ class Guard:
 
     def _conclude(self, hook: Hook, ctx: EpisodeContext, findings: list[Finding],
                   scores: list[float], action: Action | None = None) -> Decision:
-        if findings:
+        earlier: list[Finding] = []
+        if findings or hook == "on_finish":
             with ctx.lock:
+                earlier = [f for f in ctx.findings if f.severity is Severity.ALARM] if hook == "on_finish" else []
                 ctx.findings.extend(findings)
+        verdict = self._decide(hook, findings)
+        if earlier:
+            # The run alarmed: its end-of-run verdict says so, per the alarm policy, and names the alarms.
+            policy = self._alarm_verdict()
+            if _RANK[policy] > _RANK[verdict]:
+                verdict = policy
+            findings = findings + earlier
         # Validated construction, not model_construct: pydantic-core's validation of five fields is faster than
         # model_construct's Python loop over them.
         decision = Decision(
-            verdict=self._decide(hook, findings),
+            verdict=verdict,
             hook=hook,
             findings=findings,
             score=max(scores) if scores else None,
@@ -502,6 +536,11 @@ class Guard:
         if findings and ctx.recorded and hook != "on_finish":  # the end is in the finish record
             self._record(lambda: self.recorder.decision(ctx, hook, decision, action))  # type: ignore[union-attr]
         return decision
+
+    def _alarm_verdict(self) -> Verdict:
+        if self.on_alarm == "warn":
+            return Verdict.WARN
+        return Verdict.REPAIR if self.repairs_alarms else Verdict.ALARM
 
     def _decide(self, hook: Hook, findings: list[Finding]) -> Verdict:
         if not findings:

@@ -10,6 +10,10 @@ FA interval is Clopper-Pearson on the alarms pooled over the splits). The public
 `esn_cusum_max` and `delta_mahalanobis` run on the same splits in the same process when its code
 is available (../shared/anchors/sentinel), so time ratios hold on a busy machine. A corpus or
 monitor that fails is reported as an error row and the rest go on (exit status 1).
+
+``--protocol temporal`` fits on the earlier healthy runs (recording order) and tests on the next
+ones (forward cuts); ``--entities N`` adds rows on generated testbed runs whose fitting and test
+tasks name disjoint cities (`traces.bench.monitor_protocols`). Every row says its ``protocol``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from guardrail.core.events import Episode
 from monitors.calibration import CALIBRATION_METHODS, binomial_ci
 from monitors.inventory import take_inventory
 from monitors.monitor import PRESETS, StepMonitor
+from traces.bench.monitor_protocols import PROTOCOLS, entity_splits, fit_validation, temporal_split, untold
 from traces.bench.release import RELEASE_MONITORS, ReleaseCorpus, find_release, load_release, median_us, quiet
 
 __all__ = ["BENCH", "Split", "evaluate", "published_split"]
@@ -234,8 +239,18 @@ def _average(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", action="append", required=True, metavar="DIR",
+    parser.add_argument("--corpus", action="append", default=[], metavar="DIR",
                         help="a corpus directory (sentinel or guardrail format); repeat for several")
+    parser.add_argument("--protocol", action="append", choices=PROTOCOLS, default=None,
+                        help="random: the published seeded 60/20/20 healthy split (default); temporal: in recording "
+                             "order, fit on the earlier runs and test on the next ones (--repeats forward cuts from 50%% "
+                             "to 90%% of the healthy runs); repeat the option for both")
+    parser.add_argument("--entities", type=int, default=0, metavar="N",
+                        help="also generate testbed runs (N requested per city half and framework, per repeat) whose "
+                             "fitting and test tasks name disjoint cities, and report that row beside a same-cities "
+                             "control (a scripted model: a mechanism check)")
+    parser.add_argument("--entities-framework", action="append", choices=("langgraph", "autogen"), default=None,
+                        help="framework(s) of the generated runs (default: both)")
     parser.add_argument("--split", default=None, metavar="SPLIT.json",
                         help='{"<corpus dir name>": {"train": [ids], "val": [ids], "test": [ids]}}; '
                              "default: the published protocol")
@@ -262,14 +277,19 @@ def _error_row(corpus: str, monitor: str | None, calibration: str | None, exc: E
             "error": f"{type(exc).__name__}: {exc}"}
 
 
-def _corpus_splits(corpus_dir: str, args: argparse.Namespace, split_spec: dict[str, Any] | None) -> list[Split]:
+def _corpus_splits(corpus_dir: str, args: argparse.Namespace, split_spec: dict[str, Any] | None,
+                   protocol: str = "random") -> list[Split]:
     name = Path(corpus_dir).name
     corpus = read_corpus(corpus_dir)
     if split_spec is not None:
         if name not in split_spec:
             raise ValueError(f"{args.split}: no split for corpus {name!r}")
         return [split_from_file(corpus.episodes, split_spec[name], name)]
-    splits = [published_split(corpus.episodes, args.seed + r) for r in range(max(1, args.repeats))]
+    if protocol == "temporal":
+        cuts = max(1, args.repeats)
+        splits = [Split(*temporal_split(corpus.episodes, min_steps=MIN_STEPS, cut=c, cuts=cuts)) for c in range(cuts)]
+    else:
+        splits = [published_split(corpus.episodes, args.seed + r) for r in range(max(1, args.repeats))]
     if len(splits[0].train) < 4 or not splits[0].val:
         raise ValueError("too few usable healthy episodes for the protocol (60/20/20 of those with >= "
                          f"{MIN_STEPS} steps): {take_inventory(corpus_dir).explain()}")
@@ -315,7 +335,46 @@ def _ratios(row: dict[str, Any], esn: dict[str, Any] | None) -> dict[str, float 
             "total_vs_release_esn": ratio(row.get("step_us_median"), theirs_total)}
 
 
+def _monitor_rows(name: str, protocol: str, splits: list[Split], monitors: Sequence[str],
+                  calibrations: Sequence[str], args: argparse.Namespace,
+                  emit: Any) -> list[dict[str, Any]]:
+    """One row per (monitor, calibration) over `splits` (means when there are several); failures are error rows."""
+    out: list[dict[str, Any]] = []
+    for preset in progress(monitors, desc=f"{name} ({protocol})", enabled=not args.json):
+        for calibration in calibrations:
+            try:
+                runs = [evaluate(preset, split, args.beta, args.timing_repeats, calibration) for split in splits]
+            except (ValueError, np.linalg.LinAlgError, RuntimeError) as exc:
+                emit({**_error_row(name, preset, calibration, exc), "protocol": protocol})
+                continue
+            result = runs[0] if len(runs) == 1 else _average(runs)
+            out.append({"corpus": name, "protocol": protocol, "monitor": preset, "calibration": calibration,
+                        **result})
+    return out
+
+
+def _entity_rows(args: argparse.Namespace, monitors: Sequence[str], calibrations: Sequence[str],
+                 emit: Any) -> None:
+    """The disjoint-entities rows: generated testbed runs, fitted on one city half, tested on the other (and a
+    same-cities control), one generated set per repeat."""
+    for framework in args.entities_framework or ("langgraph", "autogen"):
+        generated = [entity_splits(framework, args.entities, args.seed + r) for r in range(max(1, args.repeats))]
+        for protocol in ("entities_control", "entities_disjoint", "entities_control_untold", "entities_disjoint_untold"):
+            splits = []
+            for r, gen in enumerate(generated):
+                train, val = fit_validation(gen.fit, args.seed + r)
+                test = gen.control if "control" in protocol else gen.disjoint
+                if protocol.endswith("_untold"):
+                    train, val, test = untold(train), untold(val), untold(test)
+                splits.append(Split(train, val, test))
+            cities = [f"{g.fit_cities} -> {g.test_cities}" for g in generated]
+            for row in _monitor_rows(f"testbed_{framework}", protocol, splits, monitors, calibrations, args, emit):
+                emit({**row, "cities": cities})
+
+
 def _run(args: argparse.Namespace) -> int:
+    if not args.corpus and not args.entities:
+        raise SystemExit("guardrail bench monitor: give --corpus DIR (repeatable) and/or --entities N")
     split_spec: dict[str, Any] | None = None
     if args.split:
         split_spec = json.loads(Path(args.split).read_text(encoding="utf-8"))
@@ -323,8 +382,9 @@ def _run(args: argparse.Namespace) -> int:
             raise SystemExit(f"{args.split}: a split file is a JSON object keyed by corpus directory name")
     monitors = args.monitor or list(DEFAULT_MONITORS)
     calibrations = args.calibration or list(CALIBRATION_METHODS)
+    protocols = ["file"] if split_spec is not None else (args.protocol or ["random"])
     release: Any = None
-    if not args.no_release:
+    if not args.no_release and args.corpus:
         release = load_release(find_release(args.release, args.corpus))
         if isinstance(release, str):
             sys.stderr.write(f"guardrail bench monitor: {release}\n")
@@ -338,40 +398,34 @@ def _run(args: argparse.Namespace) -> int:
 
     for corpus_dir in args.corpus:
         name = Path(corpus_dir).name
-        try:
-            splits = _corpus_splits(corpus_dir, args, split_spec)
-        except (CorpusError, OSError, ValueError) as exc:
-            emit(_error_row(name, None, None, exc))
-            continue
-        corpus_rows: list[dict[str, Any]] = []
-        for preset in progress(monitors, desc=name, enabled=not args.json):
-            for calibration in calibrations:
-                try:
-                    runs = [evaluate(preset, split, args.beta, args.timing_repeats, calibration) for split in splits]
-                except (ValueError, np.linalg.LinAlgError, RuntimeError) as exc:
-                    emit(_error_row(name, preset, calibration, exc))
-                    continue
-                result = runs[0] if len(runs) == 1 else _average(runs)
-                corpus_rows.append({"corpus": name, "monitor": preset, "calibration": calibration, **result})
-        if release is not None:
+        for protocol in protocols:
             try:
-                release_rows = _release_rows(release, corpus_dir, splits, args)
-            except Exception as exc:  # noqa: BLE001 - the release is third-party code: report it, keep going
-                emit(_error_row(name, "release", "release", exc))
-                release_rows = []
-            esn = next((r for r in release_rows if r["monitor"] == "release.esn_cusum_max"), None)
+                splits = _corpus_splits(corpus_dir, args, split_spec, protocol)
+            except (CorpusError, OSError, ValueError) as exc:
+                emit({**_error_row(name, None, None, exc), "protocol": protocol})
+                continue
+            corpus_rows = _monitor_rows(name, protocol, splits, monitors, calibrations, args, emit)
+            if release is not None:
+                try:
+                    release_rows = [{**r, "protocol": protocol} for r in _release_rows(release, corpus_dir, splits, args)]
+                except Exception as exc:  # noqa: BLE001 - the release is third-party code: report it, keep going
+                    emit({**_error_row(name, "release", "release", exc), "protocol": protocol})
+                    release_rows = []
+                esn = next((r for r in release_rows if r["monitor"] == "release.esn_cusum_max"), None)
+                for row in corpus_rows:
+                    row.update(_ratios(row, esn))
+                corpus_rows += release_rows
             for row in corpus_rows:
-                row.update(_ratios(row, esn))
-            corpus_rows += release_rows
-        for row in corpus_rows:
-            emit(row)
+                emit(row)
+    if args.entities:
+        _entity_rows(args, monitors, calibrations, emit)
     if not args.json:
         for row in rows:
             ci = row.get("healthy_fa_ci")
             row["healthy_fa_ci"] = f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else None
-        print_table(rows, ["corpus", "monitor", "calibration", "auroc", "detection_rate", "healthy_fa_rate",
-                           "healthy_fa_ci", "median_delay", "fit_s", "step_us_median", "step_vs_release_esn",
-                           "n_train", "n_val", "n_test", "error"])
+        print_table(rows, ["corpus", "protocol", "monitor", "calibration", "auroc", "detection_rate",
+                           "healthy_fa_rate", "healthy_fa_ci", "median_delay", "fit_s", "step_us_median",
+                           "step_vs_release_esn", "n_train", "n_val", "n_test", "error"])
     return 1 if any("error" in row for row in rows) else 0
 
 

@@ -133,6 +133,8 @@ def _timed(fn: Any) -> float:
 def _step_times(monitor: Any, episodes: Sequence[Any], repeats: int) -> list[float]:
     """Per-step `score_step` time in ns, each step's fastest of `repeats` replays (as for our monitors)."""
     out: list[float] = []
+    if repeats < 1:  # --timing-repeats 0: no timing (not a row of infinite times)
+        return out
     clock = time.perf_counter_ns
     for episode in episodes:
         best = [float("inf")] * episode.T
