@@ -21,10 +21,11 @@ import pytest
 from guardrail import Guard
 from guardrail.core.cli import main as guardrail
 
-FIT_CITIES = [f"Fitville-{n}" for n in range(40)]
-# Cities the fitting runs never saw, named like the ones they did (runs on entities of other names and shapes are
-# the monitor's generalization tests, tests/test_monitor_*).
-NEW_CITIES = [f"Fitville-{n}" for n in range(40, 46)]
+FIT_CITIES = ["Paris", "Berlin", "Madrid", "Rome", "Vienna", "Prague", "Warsaw", "Dublin", "Lisbon", "Athens",
+              "Cairo", "Nairobi", "Lagos", "Accra", "Dakar", "Tunis", "Rabat", "Doha", "Dubai", "Riyadh",
+              "Delhi", "Mumbai", "Dhaka", "Karachi", "Tehran", "Baghdad", "Kabul", "Tashkent", "Almaty", "Baku",
+              "Tokyo", "Seoul", "Beijing", "Shanghai", "Manila", "Jakarta", "Bangkok", "Sydney", "Auckland", "Denver"]
+NEW_CITIES = ["Oslo", "Quito", "Hanoi", "Perth", "Tromso", "Lima"]
 CONDITIONS = ["sunny", "snowy", "cloudy", "rainy", "windy"]
 Fault = Literal["bad_args", "loop", "skip_convert"] | None
 
@@ -156,13 +157,13 @@ def test_zero_config_catches_schema_violations_and_flags_no_healthy_run(framewor
     guard = Guard.default(record=store, mode="intervene")  # nothing configured: the agent's own tools are read
 
     healthy = [run(guard, city) for city in FIT_CITIES[:6]]
-    slipped = run(guard, FIT_CITIES[6], fault="bad_args")
+    slipped = run(guard, "Montevideo", fault="bad_args")
     guard.close()
 
     assert all(r["findings"] == [] for r in healthy)
     assert ("gate", "malformed_call") in slipped["findings"]
-    temp_k, _ = weather_of(FIT_CITIES[6])
-    assert slipped["answer"].startswith(f"In {FIT_CITIES[6]} it is {temp_k - 273.15:.2f}")  # it read the hint, recovered
+    temp_k, _ = weather_of("Montevideo")
+    assert slipped["answer"].startswith(f"In Montevideo it is {temp_k - 273.15:.2f}")  # it read the hint, recovered
     rows = {row["episode_id"]: row for row in runs_json(store, capsys)}
     assert set(rows) == {r["episode_id"] for r in [*healthy, slipped]}
     assert [f["check"] for f in rows[slipped["episode_id"]]["findings"]] == ["malformed_call"]
@@ -177,7 +178,7 @@ def test_record_label_fit_and_redeploy_flags_what_zero_config_did_not(framework,
     store = f"sqlite:///{tmp_path}/runs.db"
     guard = Guard.default(record=store, mode="intervene")
     recorded = [run(guard, city) for city in FIT_CITIES]
-    slipped = run(guard, "Fitville-slip", fault="bad_args")
+    slipped = run(guard, "Bogota", fault="bad_args")
     guard.label(slipped["episode_id"], "failed")  # the user says so; it never becomes a healthy run
     guard.close()
 
