@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -51,7 +52,10 @@ _log = logging.getLogger("guardrail.runstore")
 _MESSAGE_CAP = 1_000  # a finding's message and hint as stored
 _CONTENT_CAP = 20_000  # one stored string (a step text, a tool result): the step path caps results at this too
 _BATCH = 512  # operations per store write
-_LINGER_S = 0.05  # how long the writer gathers a batch before writing it (unless someone waits on it)
+# How long the writer gathers a batch before writing it, so one commit carries many steps; an episode's end or
+# a flush cuts it short (someone waits on those). Gathering past an episode's end was measured: it cost the
+# writer more CPU per step (198 vs 117 us on the guard-alone replay), not less.
+_LINGER_S = 0.05
 _WAITED_ON = frozenset({"finish", "flush", "stop"})
 _CONTENT_KEYS = ("text", "task")
 _HOST = socket.gethostname()
@@ -419,8 +423,9 @@ def step_record(step: Step, decision: Decision | None = None, *, redact: bool = 
         # (pydantic writes compact JSON ending in the object's brace, and `meta` is absent when empty).
         text = step.model_dump_json(exclude_defaults=True)
         if judged and not step.meta:
-            note = json.dumps({"guard": {"verdict": decision.verdict.value, "score": decision.score}})  # type: ignore[union-attr]
-            text = f'{text[:-1]},"meta":{note}}}'
+            score = decision.score  # type: ignore[union-attr]
+            shown = "null" if score is None else repr(float(score)) if math.isfinite(score) else json.dumps(str(score))
+            text = f'{text[:-1]},"meta":{{"guard":{{"verdict":"{decision.verdict.value}","score":{shown}}}}}}}'  # type: ignore[union-attr]
         elif judged:
             text = step.model_copy(update={"meta": {**step.meta, "guard": {
                 "verdict": decision.verdict.value, "score": decision.score}}}).model_dump_json(exclude_defaults=True)  # type: ignore[union-attr]
