@@ -90,7 +90,7 @@ def test_batch_answers_every_line_in_order(lines: list[str]) -> None:
 
 # Inputs that broke a parser while this layer was built, kept as regressions.
 REGRESSIONS = [
-    ("shell", "cat > a.py <<'EOF'\nx = 1\n"),  # heredoc with no end; bashlex rejects quoted delimiters
+    ("shell", "cat > a.py <<'EOF'\nx = 1\n"),  # heredoc with no end (bashlex, the parser before, rejected quoted delimiters)
     ("shell", "python - <<<'import x'"),  # here-string, not a heredoc
     ("shell", "echo 'unbalanced"),
     ("shell", "$(cat missing) && `ls`"),

@@ -118,5 +118,6 @@ def python_parse_units(text: str) -> int:
 
 # ast.parse plus the index's walk: about 1-3 us per node and 1.2-3.3 nodes per unit above.
 PARSE_COST = CostModel("python parse", 6e-6)
-# bashlex is pure Python: 20-130 us per character (deep $(...) nesting is the slow end).
-SHELL_PARSE_COST = CostModel("shell parse", 60e-6)
+# tree-sitter-bash parses 0.5-10 us a character (long pipelines in $(...) are the slow end) and the walk over the
+# tree adds a few microseconds a node; the parse is also cancelled at the deadline (`shell_syntax.parse`).
+SHELL_PARSE_COST = CostModel("shell parse", 5e-6)

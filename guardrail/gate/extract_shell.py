@@ -13,6 +13,7 @@ blocks; the left of ``|| fallback`` and an ``if`` condition are tests, not assum
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -64,7 +65,7 @@ class _ShellWalk(CommandSemantics):
 
     def __init__(self, scope: Scope, out: list[Predicate], python_version: tuple[int, ...] | None) -> None:
         super().__init__(scope, out, python_version)
-        self.source = b""
+        self.src = b""
         self.errors = "surrogateescape"
         self.functions: dict[str, tuple[Node, bytes]] = {}
         self.aliases: dict[str, list[str]] = {}
@@ -80,16 +81,16 @@ class _ShellWalk(CommandSemantics):
         started = time.perf_counter()
         encoded, errors = _encode(text)
         root = parse(encoded)
-        saved = self.source, self.errors
-        self.source, self.errors = encoded, errors
+        saved = self.src, self.errors
+        self.src, self.errors = encoded, errors
         try:
             self.statements(root, 0)
         finally:
-            self.source, self.errors = saved
+            self.src, self.errors = saved
         SHELL_PARSE_COST.observe(len(text), time.perf_counter() - started, min_units=2_000)
 
     def text(self, node: Node) -> str:
-        return self.decode(self.source[node.start_byte:node.end_byte])
+        return self.decode(self.src[node.start_byte:node.end_byte])
 
     def decode(self, raw: bytes) -> str:
         try:
@@ -125,7 +126,7 @@ class _ShellWalk(CommandSemantics):
         elif kind == "pipeline":
             for child in node.children:
                 if child.is_named:
-                    self.isolated(lambda c=child: self.statement(c, depth + 1))
+                    self.isolated(functools.partial(self.statement, child, depth + 1))
                 elif self.recorded:
                     self.recorded[-1].next_op = child.type  # | or |&
         elif kind == "subshell":
@@ -149,7 +150,7 @@ class _ShellWalk(CommandSemantics):
             body = node.child_by_field_name("body")
             if name_node is not None and body is not None:
                 name = self.text(name_node)
-                self.functions[name] = (body, self.source)
+                self.functions[name] = (body, self.src)
                 self.scope.functions.add(name)
                 if self.recorded is not None:
                     self.recorded.append(SimpleCommand([], defines=name))
@@ -159,9 +160,9 @@ class _ShellWalk(CommandSemantics):
             condition = node.child_by_field_name("condition")
             body = node.child_by_field_name("body")
             if condition is not None:
-                self.probe(lambda: self.statement(condition, depth + 1), habit=False)
+                self.probe(functools.partial(self.statement, condition, depth + 1), habit=False)
             if body is not None:
-                self.branch(lambda: self.statement(body, depth + 1))
+                self.branch(functools.partial(self.statement, body, depth + 1))
         elif kind == "for_statement":
             self.for_statement(node, depth)
         elif kind == "c_style_for_statement":
@@ -271,12 +272,12 @@ class _ShellWalk(CommandSemantics):
             if part.type == "elif_clause":
                 elif_condition = part.child_by_field_name("condition")
                 if elif_condition is not None:
-                    self.probe(lambda c=elif_condition: self.statement(c, depth + 1), habit=False)
+                    self.probe(functools.partial(self.statement, elif_condition, depth + 1), habit=False)
                 for child in part.children:
                     if child.is_named and child is not elif_condition:
-                        self.branch(lambda c=child: self.statement(c, depth + 1))
+                        self.branch(functools.partial(self.statement, child, depth + 1))
             else:
-                self.branch(lambda p=part: self.statement(p, depth + 1))
+                self.branch(functools.partial(self.statement, part, depth + 1))
 
     def for_statement(self, node: Node, depth: int) -> None:
         variable = node.child_by_field_name("variable")
@@ -298,8 +299,8 @@ class _ShellWalk(CommandSemantics):
             self.vars[name] = _DYNAMIC
             self.branch(lambda: self.statement(body, depth + 1))
             return
-        for value in values:  # a loop over literal words runs its body once for each, in every case
-            self.vars[name] = unmark(value)
+        for word in values:  # a loop over literal words runs its body once for each, in every case
+            self.vars[name] = unmark(word)
             self.statement(body, depth + 1)
 
     def case_statement(self, node: Node, depth: int) -> None:
@@ -312,15 +313,15 @@ class _ShellWalk(CommandSemantics):
             patterns = item.children_by_field_name("value")
             body = [child for child in item.children if child.is_named and child not in patterns]
             if value is not None:
-                literal = [self.expand(p, depth) for p in patterns]
+                literal = [self.pieces(p, depth) for p in patterns]  # patterns match, they are not expanded
                 if all(w is not None for w in literal):
-                    if any(fnmatch.fnmatchcase(value, glob_pattern(word)) for w in literal for word in w or []):
+                    if any(fnmatch.fnmatchcase(value, glob_pattern(w or "")) for w in literal):
                         for child in body:
                             self.statement(child, depth + 1)
                         return
                     continue
             for child in body:
-                self.branch(lambda c=child: self.statement(c, depth + 1))
+                self.branch(functools.partial(self.statement, child, depth + 1))
 
     # ------------------------------------------------------------------ assignments
     def assign(self, node: Node, depth: int, *, export: bool) -> None:
@@ -416,7 +417,7 @@ class _ShellWalk(CommandSemantics):
                 if destination is None:
                     continue
                 if destination.type == "process_substitution":
-                    self.isolated(lambda d=destination: self.statements(d, depth))
+                    self.isolated(functools.partial(self.statements, destination, depth))
                     continue
                 words = self.expand(destination, depth)
                 if words is None or len(words) != 1 or destination.type == "number":
@@ -467,8 +468,8 @@ class _ShellWalk(CommandSemantics):
             self.define_aliases(words[1:])
             return
         if not words:
-            for op, target in redirects:
-                self.redirect(op, target)
+            for op, destination in redirects:
+                self.redirect(op, destination)
             for key, value in env.items():  # a bare assignment stays for the rest of the line
                 self.vars[key] = value
             return
@@ -488,15 +489,15 @@ class _ShellWalk(CommandSemantics):
             self.scope.opaque = self.scope.opaque or f"the shell function `{name}` calls itself"
             return True
         body, source = self.functions[name]
-        saved_source, saved_args = self.source, self.positional_args
-        self.source = source
+        saved_source, saved_args = self.src, self.positional_args
+        self.src = source
         self.positional_args = [("\x00" if i in dynamic else arg) for i, arg in enumerate(args)]
         self.calling.append(name)
         try:
             self.statement(body, 1)
         finally:
             self.calling.pop()
-            self.source, self.positional_args = saved_source, saved_args
+            self.src, self.positional_args = saved_source, saved_args
         return True
 
     # ------------------------------------------------------------------ words
@@ -512,6 +513,12 @@ class _ShellWalk(CommandSemantics):
             if value is None:
                 return None
             return value if isinstance(value, list) else value.split() if value.strip() else []
+        if kind == "string":
+            named = [child for child in node.children if child.is_named]
+            if len(named) == 1 and named[0].type == "expansion" and self.text(node)[1:-1] == self.text(named[0]):
+                value = self.variable(named[0], depth, quoted=True)  # "${files[@]}": one word per element
+                if isinstance(value, list):
+                    return [_quoted(item) for item in value]
         pieces = self.pieces(node, depth)
         if pieces is None:
             return None
@@ -532,7 +539,8 @@ class _ShellWalk(CommandSemantics):
     def pieces(self, node: Node, depth: int) -> str | None:
         """One word's text with quoted characters marked, before brace and glob expansion; None when dynamic."""
         kind = node.type
-        if kind in ("word", "number", "command_name", "brace_expression", "special_variable_name", "variable_name"):
+        if kind in ("word", "number", "command_name", "brace_expression", "special_variable_name", "variable_name",
+                    "extglob_pattern"):
             if kind == "command_name" and node.children:
                 return self.pieces(node.children[0], depth)
             return _unquoted(self.text(node))
@@ -558,7 +566,7 @@ class _ShellWalk(CommandSemantics):
             position = node.start_byte
             for child in node.children:
                 if child.start_byte > position:
-                    out.append(_unquoted(self.decode(self.source[position:child.start_byte])))
+                    out.append(_unquoted(self.decode(self.src[position:child.start_byte])))
                 part = self.pieces(child, depth + 1) if child.is_named else _unquoted(self.text(child))
                 if part is None:
                     return None
@@ -575,7 +583,7 @@ class _ShellWalk(CommandSemantics):
             if not child.is_named:
                 continue
             if child.start_byte > position:
-                out.append(_quoted(_dq_unescape(self.source[position:child.start_byte].decode(
+                out.append(_quoted(_dq_unescape(self.src[position:child.start_byte].decode(
                     "utf-8", "surrogateescape"))))
             if child.type == "string_content":
                 out.append(_quoted(_dq_unescape(self.text(child))))
@@ -586,7 +594,7 @@ class _ShellWalk(CommandSemantics):
                 out.append(part if child.type != "process_substitution" else _quoted(part))
             position = child.end_byte
         if end > position:
-            out.append(_quoted(_dq_unescape(self.decode(self.source[position:end]))))
+            out.append(_quoted(_dq_unescape(self.decode(self.src[position:end]))))
         return "".join(out)
 
     def substitution(self, node: Node, depth: int) -> str | None:

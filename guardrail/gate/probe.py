@@ -524,6 +524,12 @@ class Prober:
             if state.kind == "file":
                 return ProbeResult(p, Outcome.FALSE, f"{program} is not executable (no x bit)", {"path": program})
             return ProbeResult(p, Outcome.UNKNOWN, f"{program} is checked by file_exists")
+        for directory in p.search:  # directories this action put in front of PATH (export PATH="$PWD/bin:$PATH")
+            state = self.fs.stat(os.path.join(directory, program))
+            if state.kind == "file" and state.executable:
+                return ProbeResult(p, Outcome.TRUE, f"{program} found in {directory}")
+            if state.kind in ("outside", "unknown"):
+                return ProbeResult(p, Outcome.UNKNOWN, f"{program} may be in {directory}, which is not looked at")
         entries = list(self.fs.command_dirs)
         found = self.fs.which(program)
         if found is not None:

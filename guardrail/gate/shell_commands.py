@@ -90,6 +90,16 @@ _MODULE_OPERANDS = {
 _MODULE_VALUE_OPTIONS = {"-o", "-s", "--indent", "--config", "--config-file", "--select", "--ignore", "--exclude",
                          "--max-line-length", "--python-version", "--line-length", "--target-version", "-l", "-d",
                          "-x", "-j", "--rcfile", "--disable", "--enable", "--format", "--cache-dir"}
+# `python -m` modules that read what they are given and write nothing of their own.
+_READ_ONLY_MODULES = {"json.tool", "tokenize", "dis", "ast", "pickletools", "tabnanny", "pyflakes", "flake8",
+                      "pycodestyle", "timeit", "platform", "sysconfig", "site", "pydoc", "this", "calendar", "uuid",
+                      "base64", "zipfile", "tarfile", "http.server", "venv"}
+_GIT_READ_ONLY = {"status", "log", "diff", "show", "rev-parse", "ls-files", "grep", "blame", "describe", "shortlog",
+                  "cat-file", "ls-tree", "--version", "version", "help", "remote", "config", "branch", "tag",
+                  "reflog", "whatchanged", "name-rev", "show-ref", "for-each-ref", "merge-base"}
+# Words in Python code that may write files: code without any of them is not taken to create what follows.
+_PYTHON_WRITES = re.compile(r"open\(|write|subprocess|os\.system|popen|shutil|mkdir|makedirs|rename|replace\(|"
+                            r"touch|to_csv|to_json|dump|save|exec\(|eval\(|__import__|spawn|symlink|link\(|copy")
 _FILE_SUFFIX = re.compile(r"\.(py|pyi|txt|json|cfg|toml|ini|md|rst|yaml|yml|csv|ipynb)$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -129,6 +139,25 @@ def _local_path(spec: str) -> bool:
     """A pip requirement that names a local directory or archive, not a distribution or a URL."""
     return "://" not in spec and "@" not in spec and (spec.startswith((".", "/", "~")) or "/" in spec
                                                       or spec.endswith((".whl", ".tar.gz", ".zip")))
+
+
+_PRINTF_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"'}
+
+
+def _printed(cmd: SimpleCommand) -> str | None:
+    """What `echo WORDS` / `printf FORMAT` writes, when every word is known and the format has no directive."""
+    if not cmd.words or cmd.dynamic or cmd.words[0] not in ("echo", "printf"):
+        return None
+    args = cmd.words[1:]
+    if cmd.words[0] == "echo":
+        newline = True
+        while args and args[0] in ("-n", "-e", "-E"):
+            newline = newline and args[0] != "-n"
+            args = args[1:]
+        return " ".join(args) + ("\n" if newline else "")
+    if len(args) != 1 or "%" in args[0].replace("%%", ""):
+        return None
+    return re.sub(r"\\(.)", lambda m: _PRINTF_ESCAPES.get(m.group(1), "\\" + m.group(1)), args[0]).replace("%%", "%")
 
 
 def _skip_options(args: list[str], values: frozenset[str] | set[str]) -> int:
@@ -219,8 +248,9 @@ class CommandSemantics:
 
     # ------------------------------------------------------------------ one command
     def command(self, cmd: SimpleCommand) -> None:
+        text = _printed(cmd)
         for op, target in cmd.redirects:
-            self.redirect(op, target)
+            self.redirect(op, target, text if op in (">", ">|") else None)
         if not cmd.words:
             return
         saved = (self.scope.pythonpath, self.scope.path_dirs, self.scope.env_hedge)
@@ -236,7 +266,7 @@ class CommandSemantics:
         self.scope.pythonpath, self.scope.path_dirs = pythonpath, dirs
         self.scope.env_hedge = why or path_why
 
-    def redirect(self, op: str, target: str) -> None:
+    def redirect(self, op: str, target: str, text: str | None = None) -> None:
         if not target or target.startswith("&") or target.startswith("\x00") or op in ("<<", "<<<", ">&", "<&"):
             return
         if op in ("<", "<>"):
@@ -244,7 +274,7 @@ class CommandSemantics:
         else:
             resolved = self.path("parent_dir_exists", target)
             if resolved:
-                self.scope.create(resolved)
+                self.scope.create(resolved, text)
 
     def run_words(self, words: list[str], dynamic: set[int], cmd: SimpleCommand) -> None:
         program = words[0]
@@ -288,8 +318,19 @@ class CommandSemantics:
         elif name in _READ_PATHS:
             for arg in self.positional(name, args, args_dynamic):
                 self.path("path_exists", arg)
-        if name not in _NON_WRITERS and name not in _MODELLED_WRITERS:
+        if name not in _NON_WRITERS and name not in _MODELLED_WRITERS and handler != self.cmd_python and \
+                not self.reads_only(name, args):  # python decides for itself (what its code or module does)
             self.scope.opaque = self.scope.opaque or f"an earlier `{name}` in this action may create files"
+
+    @staticmethod
+    def reads_only(name: str, args: list[str]) -> bool:
+        """Whether a command known to write in general only reads in this use (git status, git -C d log...)."""
+        if name != "git":
+            return False
+        index = 0
+        while index < len(args) and args[index].startswith("-") and args[index] != "--version":
+            index += 2 if args[index] in ("-C", "-c", "--git-dir", "--work-tree") else 1
+        return index < len(args) and args[index] in _GIT_READ_ONLY
 
     def wrapper(self, name: str, program: str, args: list[str], dynamic: set[int], cmd: SimpleCommand) -> bool:
         """Look through a wrapper to the command it runs (True when handled)."""
@@ -809,9 +850,11 @@ class CommandSemantics:
                 index += 2
                 continue
             if arg == "-c":
-                if index + 1 < len(args) and index + 1 not in dynamic:
-                    self.python_code(args[index + 1], "python -c")
-                self.scope.opaque = self.scope.opaque or "an earlier python -c may create files"
+                code = args[index + 1] if index + 1 < len(args) and index + 1 not in dynamic else None
+                if code is not None:
+                    self.python_code(code, "python -c")
+                if code is None or _PYTHON_WRITES.search(code):
+                    self.scope.opaque = self.scope.opaque or "an earlier python -c may create files"
                 return
             if arg == "-m":
                 if index + 1 < len(args) and index + 1 not in dynamic:
@@ -865,7 +908,8 @@ class CommandSemantics:
             self.pip(rest, dynamic)
         else:
             self.module_files(module, rest, dynamic)
-            self.scope.opaque = self.scope.opaque or f"an earlier `python -m {module}` may create files"
+            if module not in _READ_ONLY_MODULES:
+                self.scope.opaque = self.scope.opaque or f"an earlier `python -m {module}` may create files"
 
     def module_files(self, module: str, rest: list[str], dynamic: set[int]) -> None:
         """The file operands of `python -m MODULE FILE...` for modules whose operands are files they read."""
