@@ -244,16 +244,16 @@ def _action(text: str) -> dict[str, str]:
     return {"kind": "shell", "command": text}
 
 
-def idioms(tools: frozenset[str] = frozenset({"make", "git", "jq"})) -> list[Idiom]:
-    """Every template on every row (the valid and broken texts deduplicated), skipping those that need a program
-    not in `tools`."""
+def idioms(tools: frozenset[str] = frozenset({"make", "git", "jq"}), rows: int = len(ROWS)) -> list[Idiom]:
+    """Every template on the first `rows` rows (the valid and broken texts deduplicated), skipping those that need
+    a program not in `tools`."""
     seen: set[str] = set()
     out: list[Idiom] = []
     for template in TEMPLATES:
         valid_t, broken_t = template if isinstance(template, tuple) else (template, template)
         if any(re.search(rf"(^|[;&|(\s]){tool}\s", valid_t) for tool in ("make", "git", "jq") if tool not in tools):
             continue
-        for row in ROWS:
+        for row in ROWS[:rows]:
             valid = _fill(valid_t, row, broken=False)
             broken = _fill(broken_t, row, broken=isinstance(template, str))
             if valid in seen or valid == broken:
@@ -272,7 +272,7 @@ def idioms(tools: frozenset[str] = frozenset({"make", "git", "jq"})) -> list[Idi
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import nothere_zz\nprint(open('<!file>').read())",
     ]
     for template in python_templates:
-        for row in ROWS:
+        for row in ROWS[:rows]:
             valid = _fill(template, row, broken=False)
             if valid in seen:
                 continue
