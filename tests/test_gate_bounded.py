@@ -174,7 +174,7 @@ def test_a_module_too_slow_to_parse_in_the_decision_goes_to_the_worker(proj: Pat
     monkeypatch.setattr(parse_worker, "_WORKER", slow)
     monkeypatch.setattr(PARSE_COST, "rate", 1.0)  # every parse is estimated too slow for the decision itself
     (proj / "helper_mod.py").write_text("X = 1\n" * 50)
-    gate = Gate(proj, budget_s=0.3)
+    gate = Gate(proj, budget_s=0.3, warm=False)  # the decision's own parse, not the warm-up's
     gate.index()
     report = gate.check({"kind": "python", "code": "from helper_mod import X, Y"})
     assert not report.hallucinated and report.budget_exceeded

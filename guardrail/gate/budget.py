@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 __all__ = ["PARSE_COST", "SHELL_PARSE_COST", "BudgetExceeded", "CostModel", "Deadline", "afford", "check",
-           "current", "python_parse_units", "within"]
+           "cold_work", "current", "python_parse_units", "within"]
 
 
 class BudgetExceeded(Exception):
@@ -31,11 +31,38 @@ class BudgetExceeded(Exception):
 
 
 class Deadline:
-    """A point in `time.perf_counter()` time by which the decision must be made."""
+    """A point in `time.perf_counter()` time by which the decision must be made.
 
-    def __init__(self, seconds: float, *, start: float | None = None) -> None:
+    `cold_s` is what the decision may spend, on top, on its own cold work: the first parse of a module of
+    normal size, the first answer of the target interpreter, the first look at a standard module. That
+    work is done once and cached (on disk too, `guardrail.gate.warm`), so a decision that needs it waits
+    for it (`cold_work` credits the time spent back to the deadline, up to `cold_s` in all) instead of
+    leaving its predicates unknown because the cache was cold. Work on pathological input (over the size
+    caps, or an estimate past what is left) never gets the credit: the hard deadline bounds it.
+    """
+
+    def __init__(self, seconds: float, *, start: float | None = None, cold_s: float = 0.0) -> None:
         self.start = time.perf_counter() if start is None else start
         self.end = self.start + max(0.0, seconds)
+        self.cold_left = max(0.0, cold_s)
+        self.cold_spent = 0.0
+
+    def cold_allowance(self) -> float:
+        """Seconds cold work started now may take: what is left of its cold credit, plus half of what is left of
+        the decision (the action's other predicates still get their turn)."""
+        return max(0.0, self.remaining()) / 2 + self.cold_left
+
+    @contextmanager
+    def cold_work(self) -> Iterator[None]:
+        """Run cold work; the time it takes is credited back to the deadline, up to what is left of `cold_s`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            credit = min(time.perf_counter() - started, self.cold_left)
+            self.cold_left -= credit
+            self.cold_spent += credit
+            self.end += credit
 
     def remaining(self) -> float:
         return self.end - time.perf_counter()
@@ -80,6 +107,18 @@ def afford(cost_s: float, what: str) -> None:
     deadline = _CURRENT.get()
     if deadline is not None:
         deadline.afford(cost_s, what)
+
+
+@contextmanager
+def cold_work() -> Iterator[float | None]:
+    """`Deadline.cold_work` of the decision in progress; yields the seconds the work may take (None: no deadline)."""
+    deadline = _CURRENT.get()
+    if deadline is None:
+        yield None
+        return
+    allowance = deadline.cold_allowance()
+    with deadline.cold_work():
+        yield allowance
 
 
 class CostModel:
