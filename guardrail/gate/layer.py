@@ -189,6 +189,7 @@ class Gate:
         deadline = Deadline(self.budget_s, cold_s=self.cold_s)
         report, _ = self._check(action, state, deadline)
         report.latency_ms = (time.perf_counter() - deadline.start) * 1000.0
+        report.cold_ms = deadline.cold_spent * 1000.0
         return report
 
     def _check(self, raw: Action | Mapping[str, Any], state: GateState | None,
@@ -267,6 +268,7 @@ class Gate:
             state.install_unknown = state.install_unknown or scope.install_unknown
             _advance_editor(action, state, scope.cwd)
         report.latency_ms = (time.perf_counter() - deadline.start) * 1000.0
+        report.cold_ms = deadline.cold_spent * 1000.0
         return report
 
 
