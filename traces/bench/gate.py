@@ -418,12 +418,18 @@ def run_statemirror(cases: list[Case], roots: dict[str, Path], python: str,
     """The gate's verdicts and warm latencies (a first pass warms the caches; `passes`, when given, gets the first
     pass's verdicts, how many decisions of each pass ran past their budget, and the cold work waited for)."""
     gates = {name: _gate_for(root, python) for name, root in roots.items()}
-    first, first_budget, cold = [], 0, []
+    started = time.perf_counter()
+    for gate in gates.values():  # what a Guard does when it starts, before the agent's first action comes
+        gate.wait_warm(120)
+    warm_s = time.perf_counter() - started
+    first, first_budget, cold, over = [], 0, [], []
     for case in cases:  # warm-up pass: the figures below are warm-cache latencies
         report = gates[case.project].check(case.action, _state(case, roots[case.project]))
         first.append(report.hallucinated)
         first_budget += report.budget_exceeded
         cold.append(report.cold_ms)
+        if report.budget_exceeded:
+            over.append(case.id)
     predictions, latencies, budget_hits = [], [], 0
     for case in cases:
         state = _state(case, roots[case.project])
@@ -435,7 +441,8 @@ def run_statemirror(cases: list[Case], roots: dict[str, Path], python: str,
         budget_hits += report.budget_exceeded
     if passes is not None:
         passes.update(first=first, first_budget_exceeded=first_budget, budget_exceeded=budget_hits,
-                      cold_max_ms=round(max(cold, default=0.0), 1), cold_decisions=sum(c > 0 for c in cold))
+                      cold_max_ms=round(max(cold, default=0.0), 1), cold_decisions=sum(c > 0 for c in cold),
+                      first_budget_cases=over[:20], warm_up_s=round(warm_s, 2))
     return predictions, latencies
 
 
@@ -696,7 +703,8 @@ def _load_row(method: str, cases: list[Case], run: dict[str, Any]) -> dict[str, 
     row.update(cold_first_interpreter_ms=round(run["cold_interpreter"], 3), load_average=run["load_average"],
                budget_exceeded=run["budget_exceeded"], first_pass_budget_exceeded=run["first_budget_exceeded"],
                first_pass={k: first[k] for k in ("precision", "recall", "f1")}, cold_max_ms=run["cold_max_ms"],
-               cold_decisions=run["cold_decisions"])
+               cold_decisions=run["cold_decisions"], first_budget_cases=run["first_budget_cases"],
+               warm_up_s=run["warm_up_s"])
     return row
 
 
