@@ -477,7 +477,8 @@ def evaluate(cases: list[Case], roots: dict[str, Path], python: str, *, busy: in
     `busy` busy-loop processes alongside; what `summarize` needs plus the per-pass counts."""
     clear_caches()
     passes: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="gate-bench-warm-") as warm_dir, busy_loops(busy):
+    with tempfile.TemporaryDirectory(prefix="gate-bench-warm-", ignore_cleanup_errors=True) as warm_dir, \
+            busy_loops(busy):
         saved = os.environ.get("GUARDRAIL_CACHE_DIR")
         os.environ["GUARDRAIL_CACHE_DIR"] = warm_dir
         try:
