@@ -43,8 +43,11 @@ def _glob_escape(path: str) -> str:
 def _prefixes(path: str, scope: Any) -> list[str]:
     """The paths the component walk of `path` lstats (below its root), the root itself, and `path`."""
     start = scope.start_of(path) if scope is not None else None
-    if start is None or scope.trusts(path):  # a plain stat: the path, and its directory for how it is missing
-        return [os.path.dirname(path), path] if path != "/" else [path]
+    if start is None or scope.trusts(path):
+        # A plain stat: the path, its directory (how it is missing), and for a name without a suffix the path
+        # with "/." (the directory a symlink leads to, as stat() follows it: /bin -> usr/bin on merged-usr).
+        out = [os.path.dirname(path), path] if path != "/" else [path]
+        return out + [path + "/."] if "." not in os.path.basename(path) and path != "/" else out
     root = start[0]
     out = [root]
     current = root
@@ -139,6 +142,9 @@ def _plain_stat(path: str, records: FindRecords) -> Any:
         return _MISSING
     if target == "L":
         return ("loop", 0, 0, False, "symlink loop")
+    if target == "d":
+        followed = records.stats.get(path + "/.")
+        return _state(followed) if followed is not None and followed[2] == "d" else UNRESOLVED
     if target == "f" and not path.endswith(".py"):
         # An executable behind a symlink (a venv's python, /usr/bin/python3): what a lookup asks is its kind and
         # whether it runs, which the records give; a module's content is keyed by the file's own stat: not here.
