@@ -125,12 +125,13 @@ class CostModel:
     """Seconds per unit of some uninterruptible work, learned from what it really took on this machine.
 
     Starts from a conservative rate and follows observed runs (an exponentially weighted mean),
-    never below a quarter of the initial rate, so a loaded machine makes estimates grow.
+    never below a quarter of the initial rate nor above ten times it, so a loaded machine makes estimates grow.
     """
 
     def __init__(self, name: str, initial_s_per_unit: float) -> None:
         self.name = name
         self.floor = initial_s_per_unit / 4.0
+        self.ceiling = initial_s_per_unit * 10.0  # a few runs starved of CPU do not make every estimate refuse
         self.rate = initial_s_per_unit
         self._lock = threading.Lock()
 
@@ -144,7 +145,7 @@ class CostModel:
         if units < min_units:  # tiny runs are dominated by fixed overhead
             return
         with self._lock:
-            self.rate = max(self.floor, 0.7 * self.rate + 0.3 * (seconds / units))
+            self.rate = min(self.ceiling, max(self.floor, 0.7 * self.rate + 0.3 * (seconds / units)))
 
 
 _PARSE_MARKS = "([{.,=:+-*/%&|^<>~@;\n"

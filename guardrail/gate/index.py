@@ -133,7 +133,8 @@ def module_symbols(path: str, fs: FsView | None = None) -> ModuleSymbols:
 def _parse_inline(text: str, units: int) -> ModuleSymbols:
     started = time.perf_counter()
     symbols = symbols_of_source(text)
-    budget.PARSE_COST.observe(units, time.perf_counter() - started)
+    if budget.current() is not None:  # a background warm-up's parses (no decision) would skew the decisions' model
+        budget.PARSE_COST.observe(units, time.perf_counter() - started)
     return symbols
 
 

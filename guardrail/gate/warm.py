@@ -38,6 +38,7 @@ MAX_CACHE_ENTRIES = 20_000
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox",
                         "build", "dist", ".mypy_cache", ".pytest_cache", "site-packages", ".eggs"})
 _LOCK = threading.Lock()
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def cache_directory() -> Path | None:
@@ -128,6 +129,12 @@ def warm_workspace(workspace: str, fs: FsView, index: ModuleIndex | None, *, cac
                    stop: threading.Event | None = None) -> dict[str, Any]:
     """Parse the workspace's Python files (tests too) and the modules they import, ahead of any decision; keep them
     in `cache`. Returns what was done (files, seconds), for the benchmark and the tests."""
+    with _ONE_AT_A_TIME:  # gates started together warm one after the other: parses hold the GIL
+        return _warm(workspace, fs, index, cache, stop)
+
+
+def _warm(workspace: str, fs: FsView, index: ModuleIndex | None, cache: SymbolCache | None,
+          stop: threading.Event | None) -> dict[str, Any]:
     from guardrail.gate.index import module_symbols
 
     started = time.monotonic()
