@@ -845,9 +845,13 @@ def stdlib_names(module: str, target_version: tuple[int, ...], stdlib: frozenset
                                   env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
             if proc.returncode == 0:
                 names = frozenset(json.loads(proc.stdout))
+            elif "Error" not in proc.stderr[-2000:]:
+                timed_out = True  # killed or starved, not an answer about the module
         except subprocess.TimeoutExpired:
             timed_out = True
-        except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+        except (OSError, subprocess.SubprocessError):
+            timed_out = True  # no process to be had just now (a loaded machine): asked again next time
+        except json.JSONDecodeError:
             names = None
     if timed_out:  # out of time, not an answer: asked again next time
         raise budget.BudgetExceeded(f"looking up the names of {module}")
