@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import posixpath
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from guardrail.core.guard import Guard
+from guardrail.gate.backend import Roots
 from guardrail.gate.backend_remote import RemoteBackend
 
-__all__ = ["SwerexBackend", "SwerexTransport", "gate_in_sandbox", "runtime_of"]
+__all__ = ["SweRexProber", "SwerexBackend", "SwerexTransport", "gate_in_sandbox", "runtime_of"]
 
 _INSTALL = "pip install 'guardrail[swe]'"
 _LOOP: asyncio.AbstractEventLoop | None = None
@@ -133,3 +135,41 @@ def gate_in_sandbox(guard: Guard, runtime: Any, *, python: str | None = None, pa
         if callable(index) and wait_s:
             index(wait_s)
     return backend
+
+
+class SweRexProber:
+    """Single read-only questions about a SWE-ReX sandbox, answered by `SwerexBackend` (the fixed probe program, never
+    a shell line, never the workspace's interpreter) and confined like the gate: only paths that really lie under
+    `workspace` (or `roots`) are stat'ed or read; anything else, and a probe that fails or times out, answers None
+    (unknown), never False."""
+
+    def __init__(self, runtime: Any, *, workspace: str, roots: Iterable[str] = (), timeout_s: float = 5.0,
+                 python: str | None = None, max_bytes: int = 1 << 20) -> None:
+        self.backend = SwerexBackend(runtime, timeout_s=timeout_s, python=python)
+        self.roots = Roots.of([workspace, *roots], resolve=self.backend.realpaths)  # resolved in the sandbox
+        self.max_bytes = max_bytes
+
+    def _state(self, path: str, cwd: str | None) -> Any:
+        state = self.backend.stat_many([posixpath.join(cwd or "/", path)], self.roots)[0]
+        return None if state.kind in ("unknown", "outside") else state
+
+    def exists(self, path: str, *, cwd: str | None = None) -> bool | None:
+        state = self._state(path, cwd)
+        return None if state is None else state.exists
+
+    def is_file(self, path: str, *, cwd: str | None = None) -> bool | None:
+        state = self._state(path, cwd)
+        return None if state is None else state.kind == "file"
+
+    def read_text(self, path: str) -> str | None:
+        data = self.backend.read_prefix(path, self.roots, self.max_bytes)
+        return None if data is None else data[: self.max_bytes].decode("utf-8", errors="replace")
+
+    def sys_path(self, python: str | None = None) -> list[str] | None:
+        """The target interpreter's import path, learned by the gate's rules (its trusted base, ``-I -S -B``)."""
+        from guardrail.gate.interpreter import TargetPythonError
+
+        try:
+            return list(self.backend.import_paths(python, self.roots).sys_path)
+        except TargetPythonError:
+            return None

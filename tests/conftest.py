@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 SENTINEL = Path(os.environ.get("GUARDRAIL_SENTINEL") or REPO.parent / "shared" / "corpora" / "sentinel")
 POSTGRES_SCRIPT = REPO / "scripts" / "postgres.sh"
 
+# The gate keeps warm symbol tables in the user's cache directory: the tests keep theirs in a throwaway one.
+os.environ.setdefault("GUARDRAIL_CACHE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                         f"guardrail-test-cache-{os.getpid()}"))
+
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
 _PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))

@@ -238,7 +238,7 @@ def _rex_runtime():
 
 
 def test_swe_rex_prober_answers_from_inside_the_runtime(repo):
-    prober = SweRexProber(_rex_runtime())
+    prober = SweRexProber(_rex_runtime(), workspace=str(repo))
 
     assert prober.exists(str(repo / "src" / "calc.py")) is True
     assert prober.exists("src/nope.py", cwd=str(repo)) is False
@@ -247,10 +247,14 @@ def test_swe_rex_prober_answers_from_inside_the_runtime(repo):
     assert prober.read_text(str(repo / "missing")) is None  # unknown, not an exception
     assert any(p.endswith("site-packages") for p in prober.sys_path(shutil.which("python3") or "python3"))
     assert prober.backend.round_trips > 0 and prober.backend.failures == 0
+    # Confined like the gate: nothing outside the workspace is stat'ed or read (unknown, never an answer).
+    assert prober.exists("/etc/hostname") is None and prober.read_text("/etc/hostname") is None
+    (repo / "escape").symlink_to("/etc")
+    assert prober.exists(str(repo / "escape" / "hostname")) is None
 
 
 async def test_swe_rex_prober_also_works_from_inside_an_event_loop(repo):
-    prober = SweRexProber(_rex_runtime())
+    prober = SweRexProber(_rex_runtime(), workspace=str(repo))
 
     assert prober.exists(str(repo / "tests" / "test_calc.py")) is True
 
@@ -260,7 +264,7 @@ def test_a_swe_rex_prober_that_gets_no_answer_says_unknown(repo):
         async def execute(self, command):
             raise ConnectionError("the sandbox is gone")
 
-    prober = SweRexProber(Gone(), timeout_s=0.5)
+    prober = SweRexProber(Gone(), workspace=str(repo), timeout_s=0.5)
 
     assert prober.exists(str(repo / "src" / "calc.py")) is None
     assert prober.read_text(str(repo / "src" / "calc.py")) is None

@@ -134,6 +134,13 @@ def test_the_probe_runs_as_a_constant_program_with_its_request_as_data(tmp_path:
     assert not list(tmp_path.glob("MARK_*"))
     target = gate.index().target
     for argv, env in transport.calls:
+        if argv[0].endswith("/find"):  # stats by argv: every path a start point, absolute, then fixed tokens
+            assert argv[1] == "-P" and env == {"PATH": env["PATH"], "LC_ALL": "C"}
+            cut = argv.index("-maxdepth")
+            assert all(os.path.isabs(path) for path in argv[2:cut])
+            assert all(not token.startswith("/") or token in argv[2:cut] or argv[i - 1] == "-path"
+                       for i, token in enumerate(argv[cut:], cut) if token.startswith("/"))
+            continue
         python, flags, program = argv[0], argv[1:5], argv[5]
         assert os.path.isabs(python) and flags == ["-I", "-S", "-B", "-c"]
         assert env is None or set(env) == {"PATH", "LC_ALL"}
@@ -230,7 +237,13 @@ class Tampered(LocalExecTransport):
     def __call__(self, argv: list[str], *, timeout_s: float,
                  env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
         answer = super().__call__(argv, timeout_s=max(timeout_s, 5.0), env=env)
-        return answer if not self.armed or answer is None else self.change(answer, timeout_s)
+        if not self.armed or answer is None:
+            return answer
+        if argv[0].endswith("/find"):  # the sandbox's find lies the same way: its records are no longer find's
+            code, stdout, stderr = answer
+            answer = (code, re.sub(r"\d", "q", stdout) if stdout else "garbage", stderr)
+            return answer if self.change is not _sleep else _sleep(answer, timeout_s)
+        return self.change(answer, timeout_s)
 
 
 def _sleep(answer: Any, timeout_s: float) -> Any:
@@ -273,3 +286,30 @@ def test_a_lying_or_silent_sandbox_makes_predicates_unknown_never_false(tmp_path
         assert time.perf_counter() - started < 2.0
         assert not any(r.outcome is Outcome.FALSE for r in report.results), (name, report.to_json())
         assert report.error is None and any(r.outcome is Outcome.UNKNOWN for r in report.results)
+
+
+def test_stats_are_answered_by_find_without_an_interpreter_and_agree(tmp_path: Path) -> None:
+    """Issue 30: a warm decision's stats and small listings come from one GNU find by argv; what it cannot settle (a
+    symlink met in the workspace, content to read) goes to the probe program, and the answers are the same."""
+    import shutil
+
+    if shutil.which("find") is None:
+        pytest.skip("no find on this machine")
+    ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
+    (ws / "escape").symlink_to("/etc")
+    fast, slow = RemoteBackend(LocalExecTransport()), RemoteBackend(LocalExecTransport(), coreutils=False)
+    gates = [_warm_gate(backend, ws) for backend in (fast, slow)]
+    actions = [{"kind": "shell", "command": "cat setup.cfg nope.txt && ls docs && python -c 'import pkg.core'"},
+               {"kind": "shell", "command": "cat escape/hostname escape/nothing_q && cd nodir"},
+               {"kind": "python", "code": "from pkg.core import make_engine, nope_name"}]
+    for _ in range(2):
+        for action in actions:
+            assert report_signature(gates[0].check(action)) == report_signature(gates[1].check(action)), action
+    assert slow.fast_round_trips == 0
+    plain = RemoteBackend(LocalExecTransport())  # a gate that never met the symlink: its warm decisions are all find
+    gate = _warm_gate(plain, ws)
+    for action in (actions[0], actions[2], actions[0]):
+        gate.check(action)
+    before = (plain.round_trips, plain.fast_round_trips)
+    gate.check(actions[0])
+    assert (plain.round_trips - before[0], plain.fast_round_trips - before[1]) == (1, 1)  # one find, no interpreter

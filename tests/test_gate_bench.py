@@ -47,7 +47,10 @@ def test_bench_gate_json_prints_one_object_per_method(proj: Path, tmp_path: Path
                  "--limit", "8", "--no-jedi", "--no-mypy", "--no-pyright"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 0
-    assert [r["method"] for r in rows] == ["statemirror", "action_only"]
+    assert [r["method"] for r in rows] == ["statemirror", "statemirror_busy2", "action_only"]
+    busy = rows[1]
+    assert busy["verdicts_identical_to_idle"] is True and busy["budget_exceeded"] == 0
+    assert set(busy) >= {"first_pass", "first_pass_budget_exceeded", "cold_max_ms", "load_average"}
     for row in rows:
         assert set(row) >= {"method", "precision", "recall", "f1", "accuracy", "median_ms", "p95_ms", "cold_ms",
                             "n", "per_family"}
@@ -70,3 +73,19 @@ def test_trajectory_files_round_trip_and_replay_labels_by_execution(proj: Path, 
                   sys.executable, persistent=True)
     assert [(r["label"], r["warned"], r["blocked"]) for r in rows] == [
         (False, False, False), (False, False, False), (True, True, False), (True, True, True)]
+
+
+def test_trajectory_patterns_are_tagged_and_the_aci_forms_are_judged_without_running(proj: Path) -> None:
+    """bench gate-traj's issue-30 patterns: a tool right of `||` that never ran, the shipped edit/insert forms."""
+    from traces.bench.gate_traj import replay, tagged_session
+
+    tagged = tagged_session(proj, "fixture", (3, 11))
+    assert {"or-fallback", "agent-env", "aci-edit:ok", "aci-edit:bad"} <= {pattern for _, pattern in tagged}
+    chosen = [(c, p) for c, p in tagged if p.startswith(("or-fallback", "aci-edit"))]
+    rows = replay([c for c, _ in chosen], proj, sys.executable, persistent=True, patterns=dict(chosen),
+                  open_file="pkg/core.py")
+    for row in rows:
+        if row["pattern"] == "or-fallback" and not row["label"] or row["pattern"] == "aci-edit:ok":
+            assert not row["blocked"], row
+        if row["pattern"] == "aci-edit:bad":
+            assert row["blocked"] and row["label"], row

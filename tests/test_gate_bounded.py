@@ -152,12 +152,12 @@ def test_a_shell_parse_that_would_overrun_the_budget_is_refused_and_said(proj: P
     from guardrail.gate.budget import SHELL_PARSE_COST
 
     gate = Gate(proj, budget_s=BUDGET_S)
-    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 1.0)  # a second per character: no bashlex parse fits
+    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 1.0)  # a second per character: no shell parse fits
     report = gate.check({"kind": "shell", "command": "cat nope.txt && echo $(cat nope)"})
     assert not report.hallucinated and report.budget_exceeded
     (finding,) = report.findings(layer="gate")
     assert finding.check == "budget_exceeded" and "budget" in finding.message
-    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 60e-6)
+    monkeypatch.setattr(SHELL_PARSE_COST, "rate", 5e-6)
     assert gate.check({"kind": "shell", "command": "cat nope.txt && echo $(cat nope)"}).hallucinated
 
 
@@ -174,7 +174,7 @@ def test_a_module_too_slow_to_parse_in_the_decision_goes_to_the_worker(proj: Pat
     monkeypatch.setattr(parse_worker, "_WORKER", slow)
     monkeypatch.setattr(PARSE_COST, "rate", 1.0)  # every parse is estimated too slow for the decision itself
     (proj / "helper_mod.py").write_text("X = 1\n" * 50)
-    gate = Gate(proj, budget_s=0.3)
+    gate = Gate(proj, budget_s=0.3, warm=False)  # the decision's own parse, not the warm-up's
     gate.index()
     report = gate.check({"kind": "python", "code": "from helper_mod import X, Y"})
     assert not report.hallucinated and report.budget_exceeded

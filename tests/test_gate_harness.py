@@ -165,3 +165,40 @@ def test_newer_syntax_than_the_target_runs_is_a_runtime_version_violation(proj: 
     assert found[0].verdict is not None and not found[0].verdict[0]
     assert extract_python(code, Scope(str(proj), str(proj)), search=(), necessary=True, origin="t",
                           target_version=(3, 11, 0)) == []
+
+
+# Issue 30: several bundles define `edit` (and `insert`) differently; with no bundle given, a line is valid when
+# any shipped form fits it, and one that fits none is blocked with the closest form as the usage.
+@pytest.mark.parametrize("command", [
+    "edit 3:5\nnew text\nend_of_edit",  # windowed_edit_linting
+    "edit 'old text' 'new text'",  # windowed_edit_replace: search/replace
+    "edit 'old text' 'new text' True",
+    "insert 'import os'",
+    "insert 'import os' 4",
+    "edit\nreplacement\nend_of_edit",  # cursors: the text between the cursors
+])
+def test_every_shipped_edit_and_insert_form_is_valid(proj: Path, command: str) -> None:
+    gate = Gate(proj, budget_s=BUDGET_S)
+    assert names(gate, aci(command), open_file=str(proj / "docs" / "thirty.txt")) == []
+
+
+@pytest.mark.parametrize(("command", "closest"), [
+    ("insert 'import os' x4", "insert <text> [<line>]"),
+    ("edit", "edit"),
+    ("edit 'a' 'b' True extra", "edit <search> <replace> [<replace-all>]"),
+])
+def test_a_line_fitting_no_form_is_blocked_with_the_closest_usage(proj: Path, command: str, closest: str) -> None:
+    gate = Gate(proj, budget_s=BUDGET_S)
+    report = gate.check(aci(command), GateState(editor=EditorState(str(proj / "docs" / "thirty.txt"))))
+    (violation,) = report.violations
+    assert report.blocking and violation.predicate.name == "tool_args_valid"
+    assert f"usage: {closest}" in violation.message
+
+
+def test_a_console_script_the_target_interpreter_has_is_not_reported_missing(proj: Path, tmp_path: Path) -> None:
+    """The agent's environment has pytest's script even when the PATH the guard was given does not show it."""
+    empty = tmp_path / "emptybin"
+    empty.mkdir()
+    gate = Gate(proj, budget_s=BUDGET_S, path_env=str(empty))
+    assert names(gate, {"kind": "shell", "command": "pytest --version"}) == []
+    assert names(gate, {"kind": "shell", "command": "pytset --version"}) == ["executable_available"]

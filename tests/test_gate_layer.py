@@ -173,3 +173,23 @@ def test_batch_answers_every_line_after_hostile_ones(proj: Path, tmp_path: Path,
     assert [("error" in r) for r in results] == [True, False, True, True, True, False]
     assert "RecursionError" in results[0]["error"] and "longer than" in results[4]["error"]
     assert results[5]["hallucinated"]
+
+
+def test_batch_takes_workspace_cwd_and_python_defaults_and_answers_blank_lines(
+        proj: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: --workspace/--cwd/--python fill the lines that omit them; a blank line gets an error line."""
+    lines = [json.dumps({"id": "d1", "action": {"kind": "shell", "command": "cat index.md"}}), "",
+             json.dumps({"id": "d2", "cwd": str(proj), "action": {"kind": "shell", "command": "cat index.md"}}),
+             "   ", json.dumps({"id": "d3", "workspace": str(tmp_path / "nowhere"),
+                               "action": {"kind": "shell", "command": "ls"}})]
+    batch = tmp_path / "defaults.jsonl"
+    batch.write_text("\n".join(lines) + "\n")
+    code, out = run_cli(["check", "--batch", str(batch), "--json", "--workspace", str(proj), "--cwd",
+                         str(proj / "docs"), "--python", sys.executable], capsys=capsys)
+    results = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(results) == 5
+    assert [r.get("id") for r in results] == ["d1", None, "d2", None, "d3"]
+    assert results[0]["hallucinated"] is False  # docs/index.md, from the default cwd
+    assert "blank" in results[1]["error"] and "blank" in results[3]["error"]
+    assert results[2]["hallucinated"] is True  # its own cwd wins: there is no index.md at the root
+    assert "not a directory" in results[4]["error"]

@@ -149,7 +149,7 @@ def test_missing_test_file_hint_names_the_closest_file(gate: Gate) -> None:
     assert finding.hint is not None and "core_tests.py" in finding.hint
 
 
-def test_command_substitution_goes_through_bashlex(gate: Gate, proj: Path) -> None:
+def test_command_substitution_runs_before_its_command(gate: Gate, proj: Path) -> None:
     assert violated(gate, "echo $(cat missing.txt) && cat data/input.csv") == [
         ("file_exists", (str(proj / "missing.txt"),))]
 
@@ -194,4 +194,6 @@ def test_commands_beside_case_and_functions_are_still_checked(gate: Gate) -> Non
     assert violated(gate, "nosuchcmd_a; case $1 in a) echo a;; esac") == [("executable_available", ("nosuchcmd_a",))]
     assert violated(gate, "nosuchcmd_b && greet() { echo hi; }") == [("executable_available", ("nosuchcmd_b",))]
     commands = split_commands("greet() { rm -rf x; }; greet")
-    assert [c.defines for c in commands] == ["greet", None] and commands[1].words == ["greet"]
+    # Calling the function runs its body: its commands are judged where it is called.
+    assert [c.defines for c in commands] == ["greet", None, None] and commands[1].words == ["greet"]
+    assert commands[2].words == ["rm", "-rf", "x"]

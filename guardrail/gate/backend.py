@@ -12,9 +12,7 @@ reads, lists or reports on it. The caches and the policy of which roots apply li
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
@@ -30,14 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalBackend", "ProbeBackend", "ProbeUnavailable", "Roots", "prepare_path", "under"]
 
-_PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")  # files there report odd sizes or block: never read
-_O_PATH = getattr(os, "O_PATH", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_PROC_FD = "/proc/self/fd"
-_HAS_PROC_FD = os.path.isdir(_PROC_FD)
 
 
 def under(path: str, root: str) -> bool:
@@ -102,9 +92,6 @@ def _resolved(paths: Iterable[str | os.PathLike[str]], resolve: Callable[..., Se
             for path, real in zip(normalized, reals + [None] * (len(normalized) - len(reals)), strict=False)]
 
 
-def _prefixes(roots: Iterable[str]) -> tuple[str, ...]:
-    return tuple(root if root == os.sep else root + os.sep for root in roots)
-
 
 @dataclass(frozen=True)
 class Roots:
@@ -123,16 +110,9 @@ class Roots:
     pairs: tuple[tuple[str, str], ...] = ()  # (as written, resolved) for each root
 
     def __post_init__(self) -> None:
-        untrusted = self.untrusted
-        object.__setattr__(self, "_all", frozenset(self.lexical + self.real))
-        object.__setattr__(self, "_lexical", _prefixes(self.lexical + self.real))
-        object.__setattr__(self, "_real", _prefixes(self.real))
-        object.__setattr__(self, "_real_set", frozenset(self.real))
-        object.__setattr__(self, "_trusted", _prefixes(self.trusted))
-        object.__setattr__(self, "_untrusted", (frozenset(untrusted), _prefixes(untrusted)))
-        # (root as written, root resolved) pairs, longest first: where a verified walk starts
-        pairs = [(lexical, real) for lexical, real in self.pairs] + [(real, real) for _, real in self.pairs]
-        object.__setattr__(self, "_starts", tuple(sorted(set(pairs), key=lambda pair: -len(pair[0]))))
+        # The confinement tests themselves live in the probe program (one copy, run here and in the sandbox).
+        object.__setattr__(self, "_core", remote_probe.Roots(self.lexical, self.real, self.trusted, self.untrusted,
+                                                             self.pairs))
 
     @classmethod
     def of(cls, paths: Iterable[str | os.PathLike[str]], *, trusted: bool = False,
@@ -162,24 +142,18 @@ class Roots:
 
     def holds_lexically(self, path: str) -> bool:
         """A cheap first test: a path outside every root as written is not touched at all."""
-        return path in self._all or path.startswith(self._lexical)  # type: ignore[attr-defined]
+        return self._core.holds_lexically(path)  # type: ignore[attr-defined, no-any-return]
 
     def holds_really(self, real_path: str) -> bool:
-        return real_path in self._real_set or real_path.startswith(self._real)  # type: ignore[attr-defined]
+        return self._core.holds_really(real_path)  # type: ignore[attr-defined, no-any-return]
 
     def start_of(self, path: str) -> tuple[str, str] | None:
         """The (as written, resolved) root `path` lies under as written, the longest one."""
-        for lexical, real in self._starts:  # type: ignore[attr-defined]
-            if path == lexical or path.startswith(lexical if lexical == os.sep else lexical + os.sep):
-                return lexical, real
-        return None
+        return self._core.start_of(path)  # type: ignore[attr-defined, no-any-return]
 
     def trusts(self, path: str) -> bool:
         """Whether `path` lies under a trusted root and under no root the agent can write (lexically)."""
-        if not path.startswith(self._trusted) and path not in self.trusted:  # type: ignore[attr-defined]
-            return False
-        names, prefixes = self._untrusted  # type: ignore[attr-defined]
-        return path not in names and not path.startswith(prefixes)
+        return self._core.trusts(path)  # type: ignore[attr-defined, no-any-return]
 
 
 @runtime_checkable
@@ -215,60 +189,6 @@ class ProbeBackend(Protocol):
         ...
 
 
-def _fd_path(fd: int) -> str | None:
-    """The real path of an open file (no race with a symlink swapped in after the open), where the OS tells."""
-    if not _HAS_PROC_FD:
-        return None
-    try:
-        return os.readlink(f"{_PROC_FD}/{fd}")
-    except OSError:
-        return None
-
-
-def _missing_parent(exc: OSError) -> PathState:
-    if exc.errno == errno.ELOOP:
-        return PathState("loop", error="symlink loop")
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
-        return PathState("missing")
-    return PathState("unknown", error=f"{type(exc).__name__}: {exc.strerror}")
-
-
-def _real_of_missing(path: str) -> str:
-    """Where a path that does not resolve would be: its nearest existing ancestor, resolved, plus the rest."""
-    rest: list[str] = []
-    head = path
-    for _ in range(64):
-        head, tail = os.path.split(head)
-        rest.append(tail)
-        if not _O_PATH or not _HAS_PROC_FD:
-            break
-        try:
-            fd = os.open(head, _O_PATH | _O_CLOEXEC)
-        except OSError:
-            if head == os.sep:
-                break
-            continue
-        try:
-            real = _fd_path(fd)
-        finally:
-            os.close(fd)
-        if real is not None:
-            return os.path.join(real, *reversed(rest))
-        break
-    try:
-        return os.path.realpath(path)
-    except (OSError, ValueError):
-        return ""
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    return "other"
-
-
 def prepare_path(path: str, within: Roots | None) -> str | PathState:
     """The normalized path, or the answer every backend gives without touching a filesystem (a NUL byte, a path
     that cannot be normalized, one lexically outside `within`)."""
@@ -295,86 +215,15 @@ class LocalBackend:
         return [self.stat(path, within) for path in paths]
 
     def stat(self, path: str, within: Roots | None) -> PathState:
+        """Under a root the agent can write, a path is stat'ed by where it really is (`remote_probe.op_stat`: its
+        components walked from the root with lstat, a symlink out of the roots answering ``outside``); the
+        directories resolved are remembered for the rest of the decision."""
         prepared = prepare_path(path, within)
         if isinstance(prepared, PathState):
             return prepared
-        path = prepared
-        if within is None or within.trusts(path):
-            return self._plain_stat(path)
-        try:
-            return self._stat_verified(path, within)
-        except (ValueError, TypeError) as exc:
-            return PathState("missing", error=f"invalid path: {exc}")
-
-    def _stat_verified(self, path: str, within: Roots) -> PathState:
-        """Stat a path under a root the agent can write, by where it really is: walk its components from the
-        root with lstat, resolving any symlink met, so a link out of the roots answers ``outside``. Directories
-        resolved are remembered for the rest of the decision. (Content reads verify again, on the open file.)"""
-        start = within.start_of(path)
-        if start is None:
-            return self._stat_by_name(path, within)
         memo = DECISION_MEMO.get()
-        current, real = start
-        parts = [part for part in path[len(current):].split(os.sep) if part]
-        for index, part in enumerate(parts):
-            current = current + os.sep + part if current != os.sep else os.sep + part
-            last = index == len(parts) - 1
-            known = None if last or memo is None else memo.get(current)
-            if known is not None:
-                real = known
-                continue
-            try:
-                st = os.lstat(current)
-            except OSError as exc:
-                return self._failed(current, exc, None) if last else _missing_parent(exc)
-            if stat.S_ISLNK(st.st_mode):
-                real = os.path.realpath(current)
-                if not within.holds_really(real):
-                    return PathState("outside")
-                try:
-                    st = os.stat(current)
-                except OSError as exc:
-                    return self._failed(current, exc, None) if last else _missing_parent(exc)
-            else:
-                real = real + os.sep + part if real != os.sep else os.sep + part
-            if not last:
-                if not stat.S_ISDIR(st.st_mode):
-                    return PathState("missing", error="a parent is a file, not a directory")
-                if memo is not None:
-                    memo[current] = real
-        if not parts:  # the root itself
-            return self._plain_stat(path)
-        return PathState(_kind(st.st_mode), st.st_mtime_ns, st.st_size, bool(st.st_mode & 0o111))
-
-    def _stat_by_name(self, path: str, within: Roots | None) -> PathState:
-        if within is not None and not within.holds_really(os.path.realpath(path)):
-            return PathState("outside")
-        return self._plain_stat(path)
-
-    def _plain_stat(self, path: str) -> PathState:
-        try:
-            st = os.stat(path)
-        except OSError as exc:
-            return self._failed(path, exc, None)
-        except (ValueError, TypeError) as exc:
-            return PathState("missing", error=f"invalid path: {exc}")
-        return PathState(_kind(st.st_mode), st.st_mtime_ns, st.st_size, bool(st.st_mode & 0o111))
-
-    @staticmethod
-    def _failed(path: str, exc: OSError, within: Roots | None) -> PathState:
-        # A missing path is reported only when the directory it would be in is itself under the roots.
-        if within is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-            if not within.holds_really(_real_of_missing(path)):
-                return PathState("outside")
-        if exc.errno == errno.ENOENT:
-            return PathState("missing")
-        if exc.errno == errno.ENOTDIR:
-            return PathState("missing", error="a parent is a file, not a directory")
-        if exc.errno == errno.ELOOP:  # a symlink loop behaves like a missing file for the action too
-            return PathState("loop", error="symlink loop")
-        if exc.errno == errno.ENAMETOOLONG:
-            return PathState("missing", error="name too long")
-        return PathState("unknown", error=f"{type(exc).__name__}: {exc.strerror}")
+        kind, mtime_ns, size, executable, error = remote_probe.op_stat(prepared, within, {} if memo is None else memo)
+        return PathState(kind, mtime_ns, size, executable, error)
 
     # ------------------------------------------------------------------ list
     def list_dir(self, path: str, within: Roots | None, limit: int) -> tuple[int, frozenset[str]] | None:
@@ -382,32 +231,18 @@ class LocalBackend:
             return None
         try:
             path = _normalize(path)
-            if within is not None and not within.holds_lexically(path):
-                return None
-            fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC | _O_NONBLOCK)
-        except (OSError, ValueError, TypeError):
+        except (ValueError, TypeError):
             return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISDIR(st.st_mode):
-                return None
-            if within is not None:
-                real = _fd_path(fd) or os.path.realpath(path)
-                if not within.holds_really(real):
-                    return None
-            names: list[str] = []
-            with os.scandir(fd) as entries:
-                for count, entry in enumerate(entries, 1):
-                    if count > limit:
-                        return None  # too many entries to hold: lookups in it are unknown
-                    if not count & 4095:
-                        budget.check(f"listing {path}")
-                    names.append(entry.name)
-            return st.st_mtime_ns, frozenset(names)
-        except OSError:
+        if within is not None and not within.holds_lexically(path):
             return None
-        finally:
-            os.close(fd)
+        deadline = budget.current()
+        stop = time.monotonic() + deadline.remaining() if deadline is not None else float("inf")
+        listing = remote_probe.op_list(path, within, limit, stop)  # opened, then verified by where it really is
+        if listing == remote_probe._OUT_OF_TIME:
+            raise BudgetExceeded(f"listing {path}")
+        if not isinstance(listing, tuple):
+            return None
+        return listing[0], frozenset(listing[1])
 
     # ------------------------------------------------------------------ read
     def read_prefix(self, path: str, within: Roots | None, limit: int) -> bytes | None:
@@ -419,42 +254,9 @@ class LocalBackend:
             return None
         if within is not None and not within.holds_lexically(path):
             return None
-        if not _O_PATH or not _HAS_PROC_FD:
-            return self._read_by_name(path, within, limit)
-        try:
-            handle = os.open(path, _O_PATH | _O_CLOEXEC)
-        except (OSError, ValueError, TypeError):
-            return None
-        try:
-            st = os.fstat(handle)
-            real = _fd_path(handle)
-            if not stat.S_ISREG(st.st_mode) or real is None or real.startswith(_PSEUDO_ROOTS):
-                return None
-            if within is not None and not within.holds_really(real):
-                return None
-            # Reopen the very inode the handle holds: a path swapped for a FIFO or device after the
-            # check cannot be what gets opened.
-            fd = os.open(f"{_PROC_FD}/{handle}", os.O_RDONLY | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC)
-        except OSError:
-            return None
-        finally:
-            os.close(handle)
-        return self._read_fd(fd, limit)
-
-    def _read_by_name(self, path: str, within: Roots | None, limit: int) -> bytes | None:
-        real = os.path.realpath(path)
-        if real.startswith(_PSEUDO_ROOTS) or (within is not None and not within.holds_really(real)):
-            return None
-        try:
-            fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC)
-        except OSError:
-            return None
-        return self._read_fd(fd, limit)
-
-    @staticmethod
-    def _read_fd(fd: int, limit: int) -> bytes | None:
-        """Up to `limit` + 1 bytes of an open regular file (None for anything else); closes `fd`."""
-        return remote_probe._read_fd(fd, limit)  # the sandbox's probe reads the same way: one copy
+        # Opened through an O_PATH handle whose real path is checked, then the very inode reopened: a FIFO or device
+        # swapped in after the check is never opened.
+        return remote_probe.op_read(path, within, limit)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ commands and interpreters
     def which(self, program: str, directories: Sequence[str], within: Roots | None) -> str | None:

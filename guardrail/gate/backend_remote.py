@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from guardrail.gate import budget
+from guardrail.gate import budget, coreutils_probe, remote_probe
 from guardrail.gate.backend import (
     DECISION_MEMO,
     ProbeUnavailable,
@@ -64,6 +64,7 @@ _PROBE_CODE = marshal.dumps(compile(PROBE_SOURCE, "<guardrail probe>", "exec", o
 _LOADER = "import marshal,sys;exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))))"
 MAGIC = "GR1"
 DEFAULT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+_FIND_CANDIDATES = ("/usr/bin/find", "/bin/find")
 _ARG_CHUNK = 100_000  # hex characters per argv element (Linux caps one at 128 KiB)
 _MAX_REQUEST_HEX = 1_500_000  # all argv together stay well under ARG_MAX
 _FAILED = "sandbox probe failed"
@@ -167,14 +168,17 @@ class RemoteBackend:
     ``python3`` (then ``python``) on its PATH (`default_python`). `timeout_s` bounds one round-trip
     (and the decision's deadline bounds it further), `max_response_bytes` its answer. `watch` paths,
     `watch_listings` listings and `content_bytes` of file content from recent decisions are revalidated
-    with the first question of each decision. `round_trips` counts the round-trips made.
+    with the first question of each decision. `round_trips` counts the round-trips made. With `coreutils` (the
+    default) a batch of stats and small listings is answered by one GNU ``find`` run by argv
+    (`guardrail.gate.coreutils_probe`: no interpreter started, ~1 ms instead of ~10), the probe program taking
+    whatever that cannot settle.
     """
 
     batches = True
 
     def __init__(self, transport: Transport, *, python: str | None = None, name: str = "remote",
                  timeout_s: float = 5.0, max_response_bytes: int = 8 << 20, watch: int = 512,
-                 watch_listings: int = 128, content_bytes: int = 4 << 20) -> None:
+                 watch_listings: int = 128, content_bytes: int = 4 << 20, coreutils: bool = True) -> None:
         if python is not None and not os.path.isabs(python):
             raise ValueError(f"the probe interpreter must be an absolute path in the sandbox, not {python!r}")
         self.transport = transport
@@ -182,6 +186,9 @@ class RemoteBackend:
         self.timeout_s = timeout_s
         self.max_response_bytes = max_response_bytes
         self.round_trips = 0
+        self.fast_round_trips = 0  # of those, the ones answered by find (no interpreter started)
+        self.coreutils = coreutils
+        self._find: str | None = None
         self.failures = 0
         self.last_failure: str | None = None
         self._candidates = (python,) if python else DEFAULT_PYTHONS
@@ -233,6 +240,8 @@ class RemoteBackend:
                     continue
                 self._python = candidate
                 self._discovery_error = None
+                if self.coreutils:
+                    self._discover_find()
                 return candidate
             self._discovery_error = "no probe interpreter answered in the sandbox (" + "; ".join(errors)[:400] + ")"
             self._retry_at = time.monotonic() + 5.0
@@ -317,6 +326,54 @@ class RemoteBackend:
             return self._failed("malformed answer")
         return answers
 
+    def _send_fast(self, python: str, wire: list[tuple[Any, ...]], roots: list[Roots]) -> list[Any] | str | None:
+        """Answer a batch of stats with one ``find`` by argv (`coreutils_probe`), the probe program taking only what
+        that leaves unresolved; None when the batch needs the probe program anyway."""
+        assert self._find is not None
+        argv = coreutils_probe.plan(self._find, wire, roots)
+        deadline = budget.current()
+        timeout = self.timeout_s if deadline is None else min(self.timeout_s, deadline.remaining())
+        if argv is None or timeout <= 0.001 or sum(len(a) for a in argv) > _MAX_REQUEST_HEX:
+            return None
+        self.round_trips += 1
+        self.fast_round_trips += 1
+        try:
+            outcome = self.transport(argv, timeout_s=timeout, env={"PATH": _SANDBOX_ENV_PATH, "LC_ALL": "C"})
+        except Exception:  # noqa: BLE001 - the probe program answers instead
+            outcome = None
+        if outcome is None or outcome[0] not in (0, 1) or len(outcome[1]) > self.max_response_bytes:
+            return None
+        records = coreutils_probe.FindRecords(outcome[1], outcome[2])
+        if not records.valid:
+            return None
+        answers = coreutils_probe.answer(wire, roots, records)
+        left = [index for index, value in enumerate(answers) if value is coreutils_probe.UNRESOLVED]
+        encoded: list[str] = []
+        remote_probe._encode([None if value is coreutils_probe.UNRESOLVED else value for value in answers], encoded)
+        merged: list[Any] = json.loads("".join(encoded))
+        if left:
+            rest = self._send(python, [wire[index] for index in left], roots, budget.current())
+            if isinstance(rest, str):
+                return rest
+            for index, value in zip(left, rest, strict=True):
+                merged[index] = value
+        return merged
+
+    def _discover_find(self) -> None:
+        """GNU find in the sandbox, when it answers the way `coreutils_probe` reads it (else every batch goes to the
+        probe program)."""
+        for candidate in _FIND_CANDIDATES:
+            if self._under_untrusted(candidate):
+                continue
+            try:
+                outcome = self.transport([candidate, "-P", "/", "-maxdepth", "0", "-printf", "%y"], timeout_s=2.0,
+                                         env={"PATH": _SANDBOX_ENV_PATH, "LC_ALL": "C"})
+            except Exception:  # noqa: BLE001 - no find: the probe program answers everything
+                outcome = None
+            if outcome is not None and outcome[0] == 0 and outcome[1] == "d":
+                self._find = candidate
+                return
+
     def _failed(self, why: str) -> str:
         self.failures += 1
         self.last_failure = why
@@ -353,7 +410,9 @@ class RemoteBackend:
         if refusal is not None:
             taint()
             return refusal
-        answers = self._send(python, wire, list(table), budget.current())
+        answers = self._send_fast(python, wire, list(table)) if self._find else None
+        if answers is None:
+            answers = self._send(python, wire, list(table), budget.current())
         if isinstance(answers, str):
             taint()  # nothing derived in this decision is cached: the next one asks again
             return answers

@@ -22,9 +22,12 @@ _LEADING_ID = re.compile(r'^\s*\{\s*"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d{1,3
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workspace", help="the repository root the agent works in")
-    parser.add_argument("--cwd", help="directory the action runs in (default: the workspace)")
-    parser.add_argument("--python", help="the interpreter the agent's commands run (default: this one)")
+    parser.add_argument("--workspace", help="the repository root the agent works in (with --batch: the default for "
+                                              "lines that give none)")
+    parser.add_argument("--cwd", help="directory the action runs in (default: the workspace; with --batch: the "
+                                      "default for lines that give none)")
+    parser.add_argument("--python", help="the interpreter the agent's commands run (default: this one; with --batch: "
+                                         "the default for lines that give none)")
     parser.add_argument("--kind", choices=["shell", "python", "swe_agent"], default="shell",
                         help="how to read the action text (default: a shell command)")
     parser.add_argument("--open-file", help="the file open in the agent's editor (for ACI goto/edit/scroll)")
@@ -97,8 +100,20 @@ def _leading_id(text: str) -> Any:
         return None
 
 
-def _run_batch(stream: BinaryIO, budget_s: float) -> int:
-    """One output line per input line, whatever the line holds; the exit status is 0."""
+def _with_defaults(case: Any, defaults: dict[str, str | None]) -> Any:
+    """The case with `defaults` (--workspace, --cwd, --python) for the fields it does not give."""
+    if not isinstance(case, dict):
+        return case
+    filled = dict(case)
+    for key, value in defaults.items():
+        if value is not None and filled.get(key) is None:
+            filled[key] = value
+    return filled
+
+
+def _run_batch(stream: BinaryIO, budget_s: float, defaults: dict[str, str | None] | None = None) -> int:
+    """One output line per input line, whatever the line holds (a blank line too); the exit status is 0.
+    `defaults` fill the workspace, cwd and python of lines that omit them."""
     gates: dict[tuple[str, str | None], Gate] = {}
     for line_no, raw in _lines(stream):
         if raw is None:
@@ -106,6 +121,7 @@ def _run_batch(stream: BinaryIO, budget_s: float) -> int:
             continue
         text = raw.decode("utf-8", errors="replace")
         if not text.strip():
+            emit_json({"id": None, "error": f"line {line_no} is blank: one JSON case per line"})
             continue
         try:
             case = json.loads(text)
@@ -117,6 +133,7 @@ def _run_batch(stream: BinaryIO, budget_s: float) -> int:
             emit_json({"id": _leading_id(text),
                        "error": f"line {line_no} cannot be read: {type(exc).__name__}: {str(exc)[:200]}"})
             continue
+        case = _with_defaults(case, defaults or {})
         try:
             result = check_case(case, gates, budget_s=budget_s)
             emit_json(result)
@@ -130,12 +147,13 @@ def _run_batch(stream: BinaryIO, budget_s: float) -> int:
 def _run(args: argparse.Namespace) -> int:
     budget_s = args.budget_ms / 1000.0
     if args.batch:
+        defaults = {"workspace": args.workspace, "cwd": args.cwd, "python": args.python}
         if args.batch == "-":
             stdin = getattr(sys.stdin, "buffer", None) or io.BytesIO(sys.stdin.read().encode("utf-8", "replace"))
-            return _run_batch(stdin, budget_s)
+            return _run_batch(stdin, budget_s, defaults)
         try:
             with open(args.batch, "rb") as stream:
-                return _run_batch(stream, budget_s)
+                return _run_batch(stream, budget_s, defaults)
         except OSError as exc:
             print(f"guardrail check: cannot read {args.batch}: {exc.strerror}", file=sys.stderr)
             return 2

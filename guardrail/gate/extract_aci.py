@@ -86,21 +86,43 @@ def _hedge_first_word(predicates: list[Predicate], name: str) -> list[Predicate]
             if p.name == "executable_available" and p.args[:1] == (name,) else p for p in predicates]
 
 
-def _pick_form(forms: list[BundleCommand], args: list[str], has_body: bool) -> BundleCommand:
-    """The form of a command this line uses, when bundles give one name several (``edit`` has four)."""
-    if len(forms) == 1:
-        return forms[0]
+def _misfit(form: BundleCommand, args: list[str], has_body: bool) -> tuple[float, str] | None:
+    """Why a line does not fit one form of its command, with how far off it is (None: it fits)."""
+    tokens = signature_tokens(form.signature)
+    required = sum(1 for _, needed in tokens if needed)
+    if tokens and ":" in tokens[0][0]:  # edit <start_line>:<end_line> (its first line says which form it is)
+        if not args or re.fullmatch(r"\d+:\d+", args[0]) is None:
+            return 3.0, f"{args[0] if args else 'nothing'!r} is not <start_line>:<end_line>"
+        return None if len(args) == 1 else (len(args) - 1, f"takes only <start_line>:<end_line> on its line, "
+                                                           f"got {len(args)} words")
+    if form.end_name is not None and not has_body:
+        return 1.5, f"needs its text on the following lines, ended by {form.end_name}"
+    if len(args) < required:
+        return required - len(args), f"needs {required} argument(s), got {len(args)}"
+    if len(args) > len(tokens):
+        return len(args) - len(tokens), f"takes at most {len(tokens)} argument(s), got {len(args)}"
+    integers = {f"<{a.name}>" for a in form.arguments if a.type in ("integer", "int")}
+    for (token, _), arg in zip(tokens, args, strict=False):
+        if token.strip('"') in integers and not re.fullmatch(r"-?\d+", arg):
+            label = token.strip('"<>')
+            return 0.5, f"{label} {arg!r} is not an integer"
+    return None
 
-    def fits(form: BundleCommand) -> bool:
-        tokens = signature_tokens(form.signature)
-        required = sum(1 for _, needed in tokens if needed)
-        if form.end_name is not None and not has_body:
-            return False
-        if ":" in "".join(t for t, _ in tokens[:1]):  # edit <start_line>:<end_line>
-            return bool(args) and re.fullmatch(r"\d+:\d+", args[0]) is not None
-        return required <= len(args) <= len(tokens)
 
-    return next((f for f in forms if fits(f)), forms[0])
+def _pick_form(forms: list[BundleCommand], args: list[str], has_body: bool) -> tuple[BundleCommand, str | None]:
+    """The form of a command this line uses: the first of the forms the bundles define for the name that fits it
+    (``edit`` has four, ``insert`` two shapes), or the closest one with why none fits."""
+    misfits: list[tuple[float, int, BundleCommand, str]] = []
+    for position, form in enumerate(forms):
+        found = _misfit(form, args, has_body)
+        if found is None:
+            return form, None
+        misfits.append((found[0], position, form, found[1]))
+    _, _, form, why = min(misfits, key=lambda item: (item[0], item[1]))
+    if len(forms) > 1:
+        others = "; ".join(f.usage.splitlines()[0] for f in forms if f is not form)
+        why = f"{why} (other forms: {others})"
+    return form, why
 
 
 def extract_aci(command: str, scope: Scope, open_file: str | None, *,
@@ -122,13 +144,16 @@ def extract_aci(command: str, scope: Scope, open_file: str | None, *,
             return [Predicate("tool_args_valid", (name, "unparsable"), True, "aci",
                               verdict=(False, f"cannot read the str_replace_editor arguments; usage: {usage}"))]
         return extract_tool(name, parsed, scope, open_file=open_file, schemas={}, python_version=python_version)
-    form = _pick_form(forms, args, bool(body.strip()))
+    form, misfit = _pick_form(forms, args, bool(body.strip()))
     required, optional, usage = _counts(form)
     out: list[Predicate] = []
 
     def bad(why: str) -> list[Predicate]:
         out.append(Predicate("tool_args_valid", (name, why), True, "aci", verdict=(False, f"{why}; usage: {usage}")))
         return out
+
+    if misfit is not None and len(forms) > 1:
+        return bad(f"{name} fits none of its forms: {misfit}")
 
     if len(args) < required:
         return bad(f"{name} needs {required} argument(s), got {len(args)}")

@@ -51,7 +51,8 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
         return []  # not Python we can read: a syntax error is not a state predicate
     if units:
         PARSE_COST.observe(units, time.perf_counter() - started)
-    walker = _Walker(scope, tuple(search) + scope.pythonpath, necessary, origin)
+    walker = _Walker(scope, tuple(search) + scope.pythonpath, necessary, origin, script_dir=(
+        search[0] if origin.startswith("script") and search else None))
     try:
         walker.visit(tree)
     except RecursionError:
@@ -87,9 +88,13 @@ def _syntax_version_problem(code: str, target: tuple[int, int]) -> tuple[int, in
 
 
 class _Walker(ast.NodeVisitor):
-    def __init__(self, scope: Scope, search: tuple[str, ...], necessary: bool, origin: str) -> None:
+    def __init__(self, scope: Scope, search: tuple[str, ...], necessary: bool, origin: str, *,
+                 script_dir: str | None = None) -> None:
         self.scope = scope
         self.search = search
+        self.script_dir = script_dir  # what __file__'s directory is (None for -c code and heredocs)
+        self.cwd = scope.cwd  # os.getcwd() as the code runs (os.chdir moves it)
+        self.search_hedge: str | None = None  # sys.path changed in a way not read statically
         self.necessary = necessary
         self.origin = origin
         self.predicates: list[Predicate] = []
@@ -115,9 +120,11 @@ class _Walker(ast.NodeVisitor):
             return
         self.seen.add(key)
         hedge = None
-        if name in ("importable", "symbol_defined", "module_runnable") and self.scope.module_may_be_installed(
-                str(args[0])):
-            hedge = "installed earlier in this action or episode"
+        if name in ("importable", "symbol_defined", "module_runnable"):
+            if self.scope.module_may_be_installed(str(args[0])):
+                hedge = "installed earlier in this action or episode"
+            else:
+                hedge = self.search_hedge or self.scope.module_hedge(str(args[0]), self.search)
         self.predicates.append(Predicate(name, tuple(args), self.necessary if necessary is None else necessary,
                                          self.origin, self.search, hedge))
 
@@ -141,6 +148,7 @@ class _Walker(ast.NodeVisitor):
         self.guarded -= guarded
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        self._environ_assign(node)
         for target in node.targets:
             for sub in ast.walk(target):
                 if isinstance(sub, ast.Name):
@@ -169,7 +177,26 @@ class _Walker(ast.NodeVisitor):
         if text is not None:
             return text
         if isinstance(node, ast.Name):
+            if node.id == "__file__" and self.script_dir is not None:
+                return os.path.join(self.script_dir, "__file__")
             return self.paths.get(node.id) if node.id not in self.from_names else None
+        if isinstance(node, ast.Call) and not node.keywords:
+            name = _dotted(node.func) if isinstance(node.func, ast.Name | ast.Attribute) else None
+            if name in ("os.getcwd", "getcwd", "Path.cwd", "pathlib.Path.cwd") and not node.args:
+                return self.cwd
+            if name in ("os.path.abspath", "os.path.realpath", "os.path.normpath", "abspath", "realpath", "str",
+                        "os.fspath", "os.path.expanduser") and len(node.args) == 1:
+                inner = self._path_of(node.args[0])
+                return None if inner is None else os.path.normpath(os.path.join(self.cwd, inner))
+            if name in ("os.path.dirname", "dirname") and len(node.args) == 1:
+                inner = self._path_of(node.args[0])
+                return None if inner is None else os.path.dirname(os.path.join(self.cwd, inner))
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute") and not node.args:
+                inner = self._path_of(node.func.value)
+                return None if inner is None else os.path.normpath(os.path.join(self.cwd, inner))
+        if isinstance(node, ast.Attribute) and node.attr == "parent":
+            inner = self._path_of(node.value)
+            return None if inner is None else os.path.dirname(os.path.join(self.cwd, inner))
         if isinstance(node, ast.Call) and (_is_path_ctor(node) or _dotted(node.func) in (
                 "os.path.join", "path.join", "join")) and node.args and not node.keywords:
             parts = [self._path_of(a) for a in node.args]
@@ -253,10 +280,24 @@ class _Walker(ast.NodeVisitor):
         if not isinstance(func, ast.Attribute):
             return
         owner = _dotted(func.value) if isinstance(func.value, ast.Name | ast.Attribute) else None
+        if owner == "sys.path" and func.attr in ("insert", "append", "extend"):
+            target = node.args[1] if func.attr == "insert" and len(node.args) > 1 else node.args[0] if node.args \
+                else None
+            entries = [target] if func.attr != "extend" else list(target.elts) if isinstance(
+                target, ast.List | ast.Tuple) else [None]
+            self._extend_search([self._path_of(e) if e is not None else None for e in entries], "sys.path")
+            return
+        if (owner, func.attr) in (("site", "addsitedir"),):
+            self._extend_search([first], "site.addsitedir")
+            return
         if func.attr == "import_module" and owner in ("importlib",) and first is not None:
             self.add("importable", first)
         elif (owner, func.attr) in _DIR_CALLS and first is not None:
             self._path("dir_exists", first)
+            if func.attr == "chdir":
+                self.cwd = self._resolve(first)
+                if not self.script_dir:  # -c code imports from '' (the cwd at import time)
+                    self._extend_search([self.cwd], "os.chdir")
         elif owner in _READER_OWNERS and func.attr in _READERS and first is not None:
             self._path("file_exists", first)
         elif isinstance(func.value, ast.Call | ast.Name | ast.BinOp) and (
@@ -276,10 +317,29 @@ class _Walker(ast.NodeVisitor):
                 self._path("dir_exists", path)
             elif func.attr == "mkdir":
                 parents = any(k.arg == "parents" and _truthy(k.value) for k in node.keywords)
-                resolved = self.scope.resolve(path)
+                resolved = self._resolve(path)
                 if not parents:
                     self._path("parent_dir_exists", path)
                 self.scope.create(resolved)
+
+    def _extend_search(self, entries: list[str | None], how: str) -> None:
+        """Imports after a sys.path edit search the new entries too; an entry not read statically hedges them."""
+        for entry in entries:
+            if entry is None:
+                self.search_hedge = self.search_hedge or f"{how} is changed at run time"
+                continue
+            resolved = os.path.normpath(os.path.join(self.cwd, entry))
+            if resolved not in self.search:
+                self.search = (*self.search, resolved)
+
+    def _environ_assign(self, node: ast.Assign) -> None:
+        """os.environ["PYTHONPATH"] = ...: the code's own subprocesses may import from there: searched too."""
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ" and \
+                    _literal_str(target.slice) == "PYTHONPATH":
+                value = self._path_of(node.value)
+                entries: list[str | None] = list(value.split(os.pathsep)) if value is not None else [None]
+                self._extend_search(entries, "PYTHONPATH")
 
     def _open(self, path: str, mode: str) -> None:
         if any(flag in mode for flag in "wax"):
@@ -291,12 +351,15 @@ class _Walker(ast.NodeVisitor):
         if not _plausible_path(path):
             return
         self._path("parent_dir_exists", path)
-        self.scope.create(self.scope.resolve(path))
+        self.scope.create(self._resolve(path))
+
+    def _resolve(self, path: str) -> str:
+        return os.path.normpath(os.path.join(self.cwd, os.path.expanduser(path)))
 
     def _path(self, name: str, path: str) -> None:
         if not _plausible_path(path):
             return
-        resolved = self.scope.resolve(path)
+        resolved = self._resolve(path)
         if self.scope.was_created(resolved):
             return
         self.add(name, resolved)

@@ -46,6 +46,10 @@ __all__ = [
 ]
 
 MAX_PARSE_BYTES = 1024 * 1024  # a larger module is not parsed (its AST could take a GB): unknown
+# A module up to this size is normal: its first parse is cold work the decision waits for (`budget.Deadline`). The
+# largest module of the benchmark's twelve projects is 214 KB (more_itertools/more.py); past 512 KB it is
+# the hard deadline's business.
+MAX_COLD_PARSE_BYTES = 512 * 1024
 _INLINE_PARSE_S = 0.05  # a parse estimated longer than this goes to the parse worker (it would hold the GIL)
 _ = _TARGETS  # re-exported: the gate benchmark empties it for its fully cold figure
 
@@ -102,21 +106,36 @@ def module_symbols(path: str, fs: FsView | None = None) -> ModuleSymbols:
             return ModuleSymbols(error=f"{path} is too large or unreadable")
         units = budget.python_parse_units(text)
         deadline = budget.current()
-        if deadline is None or budget.PARSE_COST.estimate(units) <= min(deadline.remaining(), _INLINE_PARSE_S):
-            started = time.perf_counter()
-            symbols = symbols_of_source(text)
-            budget.PARSE_COST.observe(units, time.perf_counter() - started)
-            return symbols
+        estimate = budget.PARSE_COST.estimate(units)
+        if deadline is None or estimate <= min(deadline.remaining(), _INLINE_PARSE_S):
+            return _parse_inline(text, units)
+        # A module of normal size the decision has not seen: cold work, waited for (up to the cold cap).
+        cold = state.size <= MAX_COLD_PARSE_BYTES and estimate <= deadline.cold_allowance()
+        if cold and estimate <= _INLINE_PARSE_S:
+            with deadline.cold_work():
+                return _parse_inline(text, units)
         # Too slow to parse here within the deadline: the worker parses it, and keeps it for the next decision.
         from guardrail.gate.parse_worker import parse_worker
 
-        # Half of what is left at most: the action's other predicates still get their turn.
-        answer = parse_worker().symbols((view.key, path, state.mtime_ns, state.size), text, deadline.remaining() / 2)
+        key = (view.key, path, state.mtime_ns, state.size)
+        if cold:
+            with deadline.cold_work():
+                answer = parse_worker().symbols(key, text, deadline.cold_allowance())
+        else:  # half of what is left at most: the action's other predicates still get their turn
+            answer = parse_worker().symbols(key, text, deadline.remaining() / 2)
         if answer is None:
             raise budget.BudgetExceeded(f"parsing {os.path.basename(path)}, which goes on in the background")
         return answer
 
     return view.cached_by_file(_SYMBOLS, path, compute)
+
+
+def _parse_inline(text: str, units: int) -> ModuleSymbols:
+    started = time.perf_counter()
+    symbols = symbols_of_source(text)
+    if budget.current() is not None:  # a background warm-up's parses (no decision) would skew the decisions' model
+        budget.PARSE_COST.observe(units, time.perf_counter() - started)
+    return symbols
 
 
 def symbols_of_source(text: str) -> ModuleSymbols:
@@ -814,15 +833,28 @@ def stdlib_names(module: str, target_version: tuple[int, ...], stdlib: frozenset
     if module in _STDLIB_NAMES:
         return _STDLIB_NAMES[module]
     names: frozenset[str] | None = None
-    with tempfile.TemporaryDirectory(prefix="guardrail-stdlib-") as neutral:
+    timed_out = False
+    with budget.cold_work() as allowance, tempfile.TemporaryDirectory(prefix="guardrail-stdlib-") as neutral:
+        # The decision's deadline (with its cold credit) bounds the child; 5 s when no decision is in progress.
+        timeout = 5.0 if allowance is None else min(5.0, allowance)
+        if timeout <= 0.005:
+            raise budget.BudgetExceeded(f"looking up the names of {module}")
         try:
             proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _DIR_QUERY, module], cwd=neutral,
-                                  capture_output=True, text=True, timeout=5.0,
+                                  capture_output=True, text=True, timeout=timeout,
                                   env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
             if proc.returncode == 0:
                 names = frozenset(json.loads(proc.stdout))
-        except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+            elif "Error" not in proc.stderr[-2000:]:
+                timed_out = True  # killed or starved, not an answer about the module
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except (OSError, subprocess.SubprocessError):
+            timed_out = True  # no process to be had just now (a loaded machine): asked again next time
+        except json.JSONDecodeError:
             names = None
+    if timed_out:  # out of time, not an answer: asked again next time
+        raise budget.BudgetExceeded(f"looking up the names of {module}")
     with _STDLIB_LOCK:
         _STDLIB_NAMES[module] = names
     return names

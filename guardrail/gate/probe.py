@@ -528,10 +528,23 @@ class Prober:
             if state.kind == "file":
                 return ProbeResult(p, Outcome.FALSE, f"{program} is not executable (no x bit)", {"path": program})
             return ProbeResult(p, Outcome.UNKNOWN, f"{program} is checked by file_exists")
+        for directory in p.search:  # directories this action put in front of PATH (export PATH="$PWD/bin:$PATH")
+            state = self.fs.stat(os.path.join(directory, program))
+            if state.kind == "file" and state.executable:
+                return ProbeResult(p, Outcome.TRUE, f"{program} found in {directory}")
+            if state.kind in ("outside", "unknown"):
+                return ProbeResult(p, Outcome.UNKNOWN, f"{program} may be in {directory}, which is not looked at")
         entries = list(self.fs.command_dirs)
         found = self.fs.which(program)
         if found is not None:
             return ProbeResult(p, Outcome.TRUE, f"{program} found in {os.path.dirname(found)}")
+        module = _console_module(program)
+        if module is not None and self.index is not None and self.index.find(module, ()).status == "found":
+            # pytest, pip, flake8...: the target interpreter has the package, so the agent's environment has its
+            # console script even where the PATH the gate was given does not show it.
+            return ProbeResult(p, Outcome.UNKNOWN, f"{program} is not on the PATH the gate knows, but the target "
+                                                   f"interpreter has {module}: the agent's environment may provide it",
+                               {"module": module})
         candidates: set[str] = set()
         for directory in entries:
             candidates.update(self.fs.list_dir(directory) or ())
@@ -656,6 +669,19 @@ class Prober:
         subject, why = str(p.args[0]), str(p.args[1])
         # A size cap is a budget too (it bounds the time and memory of one uninterruptible step).
         return ProbeResult(p, Outcome.UNKNOWN, f"{subject} not analysed: {why}", {"budget_exceeded": True})
+
+
+_CONSOLE_SCRIPTS = {"py.test": "pytest", "pip3": "pip", "ipython": "IPython", "ipython3": "IPython",
+                    "coverage3": "coverage", "pytest-3": "pytest"}
+
+
+def _console_module(program: str) -> str | None:
+    """The module whose package installs the console script `program`, by the usual naming (pytest, pip3 -> pip)."""
+    if program in _CONSOLE_SCRIPTS:
+        return _CONSOLE_SCRIPTS[program]
+    name = program.replace("-", "_")
+    # A versioned name (pip3.12, python3.13) belongs to another interpreter, not to a package of the target's.
+    return name if name.isidentifier() and not name[-1].isdigit() else None
 
 
 def _over_budget(predicate: Predicate, what: str) -> ProbeResult:

@@ -7,8 +7,10 @@ in it is ever run, formatted into a shell line or imported. The program imports 
 into the interpreter, writes nothing, opens only directories and regular files, for reading,
 non-blocking (a FIFO or device is stat'ed through an ``O_PATH`` handle, never opened), and answers
 one line on stdout: ``GR1 `` and a JSON array in which every string is hex-encoded, so no byte a
-filename holds can break the framing. Its semantics mirror `guardrail.gate.backend.LocalBackend`
-operation for operation (the tests hold the two to identical answers).
+filename holds can break the framing. It is also the one copy of the confinement code: the roots test
+(`Roots`), the verified stat, the listing and the bounded read are the functions
+`guardrail.gate.backend.LocalBackend` runs on this machine (it imports this dependency-free module), so the
+sandbox and the local backend answer by the same code.
 """
 
 import errno

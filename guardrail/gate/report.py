@@ -157,6 +157,7 @@ class GateReport:
     budget_exceeded: bool = False
     error: str | None = None
     notices: list[tuple[str, str]] = field(default_factory=list)  # (check, message): e.g. an interpreter not run
+    cold_ms: float = 0.0  # of `latency_ms`, the cold work the decision waited for (`budget.Deadline`)
 
     @property
     def violations(self) -> list[ProbeResult]:

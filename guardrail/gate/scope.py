@@ -50,6 +50,11 @@ class Scope:
     opaque: str | None = None
     cwd_unknown: str | None = None
     pythonpath: tuple[str, ...] = ()
+    path_dirs: tuple[str, ...] = ()  # directories this action put in front of PATH
+    env_hedge: str | None = None  # why PYTHONPATH or PATH is unknown for the command in progress
+    removed: dict[str, str] = field(default_factory=dict)  # path -> the command that removed it earlier
+    oldpwd: str | None = None
+    dirstack: list[str] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
     depth: int = 0
     fs: FsView = field(default_factory=local_view)  # the gate's confined view: extraction reads through it too
@@ -70,7 +75,35 @@ class Scope:
         # A path under a created directory (mkdir -p a/b && touch a/b/c) counts as well.
         return any(path.startswith(p.rstrip("/") + "/") for p in self.created)
 
+    def removed_by(self, path: str) -> str | None:
+        """The command that removed `path` (or a directory above it) earlier in this action, if one did."""
+        if not self.removed:
+            return None
+        if path in self.removed:
+            return self.removed[path]
+        for gone, by in self.removed.items():
+            if path.startswith(gone.rstrip("/") + "/"):
+                return by
+        return None
+
+    def remove(self, path: str, by: str) -> None:
+        self.removed[path] = by
+        for made in [p for p in self.created if p == path or p.startswith(path.rstrip("/") + "/")]:
+            del self.created[made]
+
+    def module_hedge(self, module: str, search: tuple[str, ...] = ()) -> str | None:
+        """Why a missing module must count as unknown here: PYTHONPATH unknown, or written earlier in this action."""
+        if self.env_hedge and self.env_hedge.startswith("PYTHONPATH"):
+            return self.env_hedge
+        top = module.partition(".")[0]
+        for directory in (*search, self.cwd, *self.pythonpath):
+            base = os.path.join(directory, top)
+            if base + ".py" in self.created or base in self.created or self.was_created(base + os.sep):
+                return "written earlier in this action"
+        return None
+
     def create(self, path: str, text: str | None = None) -> None:
+        self.removed.pop(path, None)
         self.created[path] = text
         parent = os.path.dirname(path)
         while parent and parent not in self.created and parent != os.path.dirname(parent):

@@ -72,6 +72,10 @@ class FsView:
     def command_dirs(self) -> tuple[str, ...]:
         return self._command_dirs
 
+    def workspace_roots(self) -> tuple[str, ...]:
+        """The roots the agent can write, as given and resolved."""
+        return self.workspace.untrusted if self.workspace is not None else ()
+
     # ------------------------------------------------------------------ stat
     @staticmethod
     @contextmanager

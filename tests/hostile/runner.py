@@ -23,6 +23,7 @@ def main(spec_path: str, out_path: str) -> int:
 
     gate = Gate(spec["workspace"], python=spec["python"], budget_s=float(spec["budget_s"]))
     gate.index()  # setup (the one interpreter question), outside every decision
+    gate.wait_warm(120)  # and the background warm-up a starting Guard does, so no decision shares the GIL with it
     with open(out_path, "w", encoding="utf-8") as out:
         for number, case in enumerate(spec["cases"]):
             state = GateState(editor=EditorState(case.get("open_file")))

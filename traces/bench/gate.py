@@ -26,8 +26,9 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -412,11 +413,24 @@ def _state(case: Case, root: Path) -> Any:
                                                                  else None))
 
 
-def run_statemirror(cases: list[Case], roots: dict[str, Path], python: str) -> tuple[list[bool], list[float]]:
+def run_statemirror(cases: list[Case], roots: dict[str, Path], python: str,
+                    passes: dict[str, Any] | None = None) -> tuple[list[bool], list[float]]:
+    """The gate's verdicts and warm latencies (a first pass warms the caches; `passes`, when given, gets the first
+    pass's verdicts, how many decisions of each pass ran past their budget, and the cold work waited for)."""
     gates = {name: _gate_for(root, python) for name, root in roots.items()}
+    started = time.perf_counter()
+    for gate in gates.values():  # what a Guard does when it starts, before the agent's first action comes
+        gate.wait_warm(120)
+    warm_s = time.perf_counter() - started
+    first, first_budget, cold, over = [], 0, [], []
     for case in cases:  # warm-up pass: the figures below are warm-cache latencies
-        gates[case.project].check(case.action, _state(case, roots[case.project]))
-    predictions, latencies = [], []
+        report = gates[case.project].check(case.action, _state(case, roots[case.project]))
+        first.append(report.hallucinated)
+        first_budget += report.budget_exceeded
+        cold.append(report.cold_ms)
+        if report.budget_exceeded:
+            over.append(case.id)
+    predictions, latencies, budget_hits = [], [], 0
     for case in cases:
         state = _state(case, roots[case.project])
         started = time.perf_counter()
@@ -424,7 +438,59 @@ def run_statemirror(cases: list[Case], roots: dict[str, Path], python: str) -> t
         report.findings(layer="gate")  # what the Guard layer pays: the typed warnings and their hints, too
         latencies.append((time.perf_counter() - started) * 1000.0)
         predictions.append(report.hallucinated)
+        budget_hits += report.budget_exceeded
+    if passes is not None:
+        passes.update(first=first, first_budget_exceeded=first_budget, budget_exceeded=budget_hits,
+                      cold_max_ms=round(max(cold, default=0.0), 1), cold_decisions=sum(c > 0 for c in cold),
+                      first_budget_cases=over[:20], warm_up_s=round(warm_s, 2))
     return predictions, latencies
+
+
+def clear_caches() -> None:
+    """Empty every cache a gate keeps in this process (a fresh process, as far as the gate can tell)."""
+    from guardrail.gate import fsview, parse_worker, probe
+    from guardrail.gate import index as index_module
+
+    for cache in (index_module._TARGETS, index_module._SYMBOLS, index_module._STDLIB_NAMES, fsview._LISTINGS,
+                  probe._LINES, probe._FILES):
+        cache.clear()
+    worker = parse_worker._WORKER
+    if worker is not None:
+        worker._results.clear()
+
+
+@contextmanager
+def busy_loops(count: int) -> Iterator[None]:
+    """`count` busy-loop processes running for the duration of the block (the loaded-machine figures)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+             for _ in range(count)]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait(timeout=10)
+
+
+def evaluate(cases: list[Case], roots: dict[str, Path], python: str, *, busy: int = 0) -> dict[str, Any]:
+    """One full run of the gate on the cases from a cold start (empty caches, a fresh warm-symbol directory), with
+    `busy` busy-loop processes alongside; what `summarize` needs plus the per-pass counts."""
+    clear_caches()
+    passes: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="gate-bench-warm-", ignore_cleanup_errors=True) as warm_dir, \
+            busy_loops(busy):
+        saved = os.environ.get("GUARDRAIL_CACHE_DIR")
+        os.environ["GUARDRAIL_CACHE_DIR"] = warm_dir
+        try:
+            predictions, latencies = run_statemirror(cases, roots, python, passes)
+            cold_new_workspace, cold_interpreter = cold_latency(cases, roots, python)
+        finally:
+            if saved is None:
+                os.environ.pop("GUARDRAIL_CACHE_DIR", None)
+            else:
+                os.environ["GUARDRAIL_CACHE_DIR"] = saved
+    return {"predictions": predictions, "latencies": latencies, "cold": cold_new_workspace,
+            "cold_interpreter": cold_interpreter, "load_average": round(os.getloadavg()[0], 2), **passes}
 
 
 def cold_latency(cases: list[Case], roots: dict[str, Path], python: str) -> tuple[float, float]:
@@ -599,6 +665,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-mypy", action="store_true", help="skip the mypy baseline (namespace family)")
     parser.add_argument("--no-pyright", action="store_true", help="skip the pyright baseline (namespace family)")
     parser.add_argument("--cases-out", help="write the labelled cases (JSONL) here for inspection")
+    parser.add_argument("--busy", type=int, default=2,
+                        help="run the gate a second time with this many busy-loop processes alongside (0: skip)")
 
 
 def bench_cases(args: argparse.Namespace) -> tuple[list[Case], list[Case], dict[str, Path], int]:
@@ -630,12 +698,30 @@ def bench_cases(args: argparse.Namespace) -> tuple[list[Case], list[Case], dict[
             disagreements)
 
 
+def _load_row(method: str, cases: list[Case], run: dict[str, Any]) -> dict[str, Any]:
+    row = summarize(method, cases, run["predictions"], run["latencies"], run["cold"])
+    first = summarize(method, cases, run["first"], run["latencies"], None)
+    row.update(cold_first_interpreter_ms=round(run["cold_interpreter"], 3), load_average=run["load_average"],
+               budget_exceeded=run["budget_exceeded"], first_pass_budget_exceeded=run["first_budget_exceeded"],
+               first_pass={k: first[k] for k in ("precision", "recall", "f1")}, cold_max_ms=run["cold_max_ms"],
+               cold_decisions=run["cold_decisions"], first_budget_cases=run["first_budget_cases"],
+               warm_up_s=run["warm_up_s"])
+    return row
+
+
 def _run(args: argparse.Namespace) -> int:
     cases, unconfirmed, roots, disagreements = bench_cases(args)
-    predictions, latencies = run_statemirror(cases, roots, args.python)
-    cold_new_workspace, cold_interpreter = cold_latency(cases, roots, args.python)
-    results = [summarize("statemirror", cases, predictions, latencies, cold_new_workspace)]
-    results[0]["cold_first_interpreter_ms"] = round(cold_interpreter, 3)
+    idle = evaluate(cases, roots, args.python)
+    results = [_load_row("statemirror", cases, idle)]
+    predictions, latencies = idle["predictions"], idle["latencies"]
+    if args.busy:
+        busy = evaluate(cases, roots, args.python, busy=args.busy)
+        row = _load_row(f"statemirror_busy{args.busy}", cases, busy)
+        row["verdicts_identical_to_idle"] = busy["predictions"] == idle["predictions"]
+        row["first_pass_identical_to_idle"] = busy["first"] == idle["first"]
+        row["differing_cases"] = [c.id for c, a, b in zip(cases, idle["predictions"], busy["predictions"],
+                                                           strict=True) if a != b][:20]
+        results.append(row)
     only_predictions, only_latencies = run_action_only(cases, roots, args.python)
     results.append(summarize("action_only", cases, only_predictions, only_latencies, None))
     namespace = [c for c in cases if c.family == "namespace" and c.code]

@@ -10,6 +10,12 @@ read. They are then replayed in a throwaway copy of the project: before each act
 against the state the earlier actions left (intervene mode decides blocking), then the action runs and is
 labelled by the error it raises. These trajectories are constructed, not recorded from a model: a mechanism
 check of blocking precision on realistic sequences, not a published-agent figure.
+
+Each command carries the pattern it stands for, and precision is reported per pattern too, among them the
+three that cost precision on public trajectories: a tool right of ``||`` that never ran (``or-fallback``),
+every shipped bundle's ``edit`` / ``insert`` forms (``aci-edit``: ACI lines, labelled by construction,
+judged with no bundle given), and executables the agent's environment provides but the guard's PATH does
+not (``agent-env``: checked by a gate that knows only the system PATH).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from guardrail.core.cliutil import Command, emit_json, print_table
 from traces.bench.gate import _POSITIVE_ERRORS, PROJECTS, _mutations, _symbols, fetch_project, project_modules
 from traces.bench.gate_more import HELD_OUT, prepare_tree, target_venv
 
-__all__ = ["BENCH", "read_mini", "session", "write_mini", "write_swe"]
+__all__ = ["BENCH", "read_mini", "session", "tagged_session", "write_mini", "write_swe"]
 
 _BASH_BLOCK = re.compile(r"```bash\n(.*?)\n```", re.S)
 _CWD_MARK = "__GATE_TRAJ_CWD__"
@@ -38,6 +44,27 @@ _CWD_MARK = "__GATE_TRAJ_CWD__"
 
 def session(root: Path, project: str, python_version: tuple[int, int], *, seed: int = 0) -> list[str]:
     """One agent session on the project: the commands an agent issues, valid and hallucinated alike."""
+    return [command for command, _ in tagged_session(root, project, python_version, seed=seed)]
+
+
+# ACI lines in every form the shipped bundles define for `edit` and `insert`, valid ones and misuses (labels by
+# construction: a valid form runs, a misuse is the harness's usage error). {line} is a line of the open file.
+_ACI_FORMS = [
+    ("edit {line}:{line}\nx = 1\nend_of_edit", False),  # windowed_edit_linting
+    ("edit 'old text' 'new text'", False),  # windowed_edit_replace: search/replace
+    ("edit 'old text' 'new text' True", False),
+    ("insert 'import os'", False),
+    ("insert 'import os' {line}", False),
+    ("edit\nreplacement = 1\nend_of_edit", False),  # cursors: between the cursors
+    ("insert 'import os' x{line}", True),  # a line number that is not one
+    ("edit", True),  # no form takes nothing on its line and no body
+    ("edit 'a' 'b' True extra", True),
+]
+
+
+def tagged_session(root: Path, project: str, python_version: tuple[int, int], *,
+                   seed: int = 0) -> list[tuple[str, str]]:
+    """`session` with the pattern each command stands for."""
     rng = random.Random(f"{seed}:traj:{project}")
     base, modules = project_modules(root)
     package_dir = next((p.parent for m, p in sorted(modules.items()) if p.name == "__init__.py"), base)
@@ -53,6 +80,7 @@ def session(root: Path, project: str, python_version: tuple[int, int], *, seed: 
     test_rel = os.path.relpath(tests[0], root) if tests else None
     test_names = sorted(n for n in _symbols(tests[0])[0] if n.startswith("test")) if tests else []
     major, minor = python_version
+    tagged: list[tuple[str, str]] = []
     commands = [
         "ls -la",
         f"find {shlex.quote(rel_pkg)} -name '*.py' | head -n 20",
@@ -79,7 +107,24 @@ def session(root: Path, project: str, python_version: tuple[int, int], *, seed: 
         collect = "python -m pytest --collect-only -q -p no:cacheprovider"
         commands += [f"pip install -q --no-index pytest && {collect} {test_rel}::{real}",
                      f"pip install -q --no-index pytest && {collect} {test_rel}::{real}_renamed"]
-    return commands
+    tagged += [(command, "explore") for command in commands]
+    # A tool right of `||` that never ran (the left side succeeds), as real runs write it.
+    tagged += [(f"grep -n 'def ' {shlex.quote(source)} | head -n 3 || nosuchtool_zz --check", "or-fallback"),
+               (f"cat {shlex.quote(source)} > /dev/null || rg_missing_zz -n def .", "or-fallback"),
+               (f"ls {shlex.quote(rel_pkg)} > /dev/null || {{ echo no; nosuchtool_zz; }}", "or-fallback"),
+               (f"test -d {shlex.quote(rel_pkg)} || nosuchtool_zz init", "or-fallback"),
+               ("cat missing_notes_zz.txt || nosuchtool_zz", "or-fallback")]  # both fail: a real miss
+    # Executables the agent's environment provides (the target venv's console scripts) but the guard's PATH lacks.
+    tagged += [("pytest --version", "agent-env"), ("py.test --version", "agent-env"), ("pip --version", "agent-env"),
+               ("pytset --version", "agent-env")]  # a typo: no environment provides it
+    lines = len(source_lines(root / source))
+    tagged += [(form.format(line=max(1, min(lines, 3))), "aci-edit:" + ("bad" if bad else "ok"))
+               for form, bad in _ACI_FORMS]
+    return tagged
+
+
+def source_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()
 
 
 # ------------------------------------------------------------------------------------------------ file formats
@@ -116,9 +161,12 @@ def read_mini(path: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ replay
-def replay(commands: list[str], root: Path, python: str, *, persistent: bool) -> list[dict[str, Any]]:
-    """Check each command against the workspace the earlier ones left, then run it and label it."""
-    from guardrail.gate.layer import Gate, GateState
+def replay(commands: list[str], root: Path, python: str, *, persistent: bool,
+           patterns: dict[str, str] | None = None, open_file: str | None = None) -> list[dict[str, Any]]:
+    """Check each command against the workspace the earlier ones left, then run it and label it (ACI lines are
+    labelled by construction and not run; `agent-env` commands are checked by a gate that knows only the system
+    PATH)."""
+    from guardrail.gate.layer import EditorState, Gate, GateState
 
     env = {"PATH": os.pathsep.join([os.path.dirname(python), "/usr/local/bin", "/usr/bin", "/bin"]),
            "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8"}
@@ -128,12 +176,23 @@ def replay(commands: list[str], root: Path, python: str, *, persistent: bool) ->
         shutil.copytree(root, copy, symlinks=True)
         env["HOME"] = tmp
         gate = Gate(copy, python=python, path_env=env["PATH"])
+        system_only = Gate(copy, python=python, path_env="/usr/bin:/bin")  # the guard's PATH lacks the venv's
         state = GateState(cwd=str(copy))
         cwd = str(copy)
         for command in commands:
+            pattern = (patterns or {}).get(command, "explore")
             if not persistent:
                 state, cwd = GateState(cwd=str(copy)), str(copy)
-            report = gate.check_and_advance({"kind": "shell", "command": command}, state)
+            if pattern.startswith("aci-edit"):
+                aci_state = GateState(cwd=cwd, editor=EditorState(str(copy / open_file) if open_file else None))
+                report = gate.check({"kind": "swe_agent", "command": command}, aci_state)
+                rows.append({"command": command, "pattern": pattern, "label": pattern.endswith(":bad"),
+                             "warned": report.hallucinated, "blocked": report.blocking,
+                             "latency_ms": report.latency_ms,
+                             "violations": [v.predicate.label() for v in report.violations]})
+                continue
+            checker = system_only if pattern == "agent-env" else gate
+            report = checker.check_and_advance({"kind": "shell", "command": command}, state)
             script = f"cd {shlex.quote(cwd)} || exit 97\n{command}\n__rc=$?\nprintf '\\n{_CWD_MARK}%s\\n' \"$(pwd)\"\n" \
                      "exit $__rc"
             proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300,
@@ -146,7 +205,7 @@ def replay(commands: list[str], root: Path, python: str, *, persistent: bool) ->
             label = proc.returncode != 0 and _POSITIVE_ERRORS.search(output) is not None
             if not label and proc.returncode == 0 and re.search(r"\|\|\s*(true|:)\s*$", command):
                 label = _POSITIVE_ERRORS.search(proc.stderr[-4000:]) is not None
-            rows.append({"command": command, "label": label, "warned": report.hallucinated,
+            rows.append({"command": command, "pattern": pattern, "label": label, "warned": report.hallucinated,
                          "blocked": report.blocking, "latency_ms": report.latency_ms,
                          "violations": [v.predicate.label() for v in report.violations]})
     return rows
@@ -191,7 +250,11 @@ def _run(args: argparse.Namespace) -> int:
     for spec in [*PROJECTS, *HELD_OUT]:
         root = fetch_project(spec, cache)
         prepare_tree(spec, root, python)
-        commands = session(root, spec, (version[0], version[1]))
+        tagged = tagged_session(root, spec, (version[0], version[1]))
+        commands = [command for command, _ in tagged]
+        patterns = dict(tagged)
+        base, modules = project_modules(root)
+        open_file = os.path.relpath(next(p for _, p in sorted(modules.items())), root)
         swe_file, mini_file = folder / f"{spec}.traj", folder / f"{spec}.mini.json"
         write_swe(commands, swe_file)
         write_mini(commands, mini_file)
@@ -199,11 +262,14 @@ def _run(args: argparse.Namespace) -> int:
         subset = "held_out" if spec in HELD_OUT else "development"
         for layout, recorded, persistent in (("swe-agent", swe_commands, True),
                                              ("mini-swe-agent", read_mini(mini_file), False)):
-            rows = replay(recorded, root, python, persistent=persistent)
+            rows = replay(recorded, root, python, persistent=persistent, patterns=patterns, open_file=open_file)
             results.setdefault((layout, subset), []).extend(dict(r, project=spec) for r in rows)
     out = [{"format": layout, "subset": subset, **summarize(rows)} for (layout, subset), rows in results.items()]
     everything = [r for rows in results.values() for r in rows]
     out.append({"format": "all", "subset": "all", **summarize(everything)})
+    for pattern in sorted({r["pattern"].partition(":")[0] for r in everything}):
+        chosen = [r for r in everything if r["pattern"].partition(":")[0] == pattern]
+        out.append({"format": "all", "subset": f"pattern:{pattern}", **summarize(chosen)})
     if args.json:
         for row in out:
             emit_json(row)
