@@ -142,6 +142,11 @@ class SweAgentGuardHook:
         assert self._ctx is not None
         return self._ctx
 
+    @property
+    def episode_id(self) -> str | None:
+        """The current (or last) run's episode id: what `guard.label` and `guardrail runs` take."""
+        return None if self._ctx is None else self._ctx.episode_id
+
     def _record(self, decision: Decision) -> Decision:
         if decision.verdict is not Verdict.ALLOW:
             self.decisions.append(decision)

@@ -374,3 +374,19 @@ def test_swe_agents_default_template_would_drop_the_warning_and_the_shipped_one_
     assert shipped == BLOCKLIST_ERROR_TEMPLATE
     assert "Hint: try y" in Template(shipped).render(**values)
     assert "Hint" not in Template("Operation '{{action}}' is not supported by this environment.").render(**values)
+
+
+def test_a_recorded_hook_run_is_in_the_store_under_the_id_the_hook_gives(repo, tmp_path):
+    from guardrail.core.runstore import open_store
+
+    store = f"sqlite:///{tmp_path}/runs.db"
+    hook = SweAgentGuardHook(Guard.default(extra_layers=[MissingPathGate()], disable=["gate"], mode="report", record=store))
+    hook.on_run_start()
+    _drive(hook, _swe_step("cat nope.py", str(repo), observation="cat: nope.py: No such file or directory"))
+    _drive(hook, _swe_step("submit", str(repo), observation="diff"))
+    hook.on_run_done(trajectory=[], info={"submission": "diff"})
+    hook.guard.close()
+
+    (summary,) = open_store(store, create=False).summaries()
+    assert summary.episode_id == hook.episode_id and summary.framework == "swe-agent"
+    assert summary.status == "complete" and [f.check for f in summary.findings] == ["file_exists"]
