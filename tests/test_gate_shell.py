@@ -197,3 +197,28 @@ def test_commands_beside_case_and_functions_are_still_checked(gate: Gate) -> Non
     # Calling the function runs its body: its commands are judged where it is called.
     assert [c.defines for c in commands] == ["greet", None, None] and commands[1].words == ["greet"]
     assert commands[2].words == ["rm", "-rf", "x"]
+
+
+def test_code_points_the_grammar_crashes_on_are_read_safely(proj: Path) -> None:
+    # tree-sitter-bash 0.25.1 kills the process (SIGSEGV) on "{" followed by a code point from U+A0000 up (found
+    # by `make fuzz`); whether it does depends on the process's memory layout (measured: 6 processes of 10 on
+    # these lines), so six child processes, and a crash fails this test only.
+    import subprocess
+    import sys
+
+    script = (f"from guardrail.gate import Gate\ngate = Gate({str(proj)!r})\n"
+              "for cp in range(0xA0000, 0x110000, 0x4000):\n"
+              "    gate.check({'kind': 'shell', 'command': 'echo x{' + chr(cp)})\n"
+              "print('survived')\n")
+    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, cwd=Path(__file__).resolve().parents[1]) for _ in range(6)]
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0 and out.strip() == "survived", (child.returncode, err[-500:])
+
+
+def test_non_ascii_words_keep_their_own_text(gate: Gate, proj: Path) -> None:
+    assert violated(gate, "python 'skript_ä.py' && cat données.csv") == [
+        ("file_exists", (str(proj / "skript_ä.py"),))]
+    assert [c.words for c in split_commands("echo héllo\u00a0wörld | grep ö")] == [
+        ["echo", "héllo\u00a0wörld"], ["grep", "ö"]]

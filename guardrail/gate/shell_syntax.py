@@ -29,11 +29,20 @@ _SEQUENCE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$|^([A-Za-z])\.\.([A
 
 
 _CHEAP_BYTES = 4_000  # a shorter line parses in about a millisecond at worst: no deadline check needed
+# The grammar reads only ASCII bytes: every byte of a non-ASCII character is handed to it as an ASCII letter (52
+# of them, so different characters mostly stay different). tree-sitter-bash 0.25.1 crashes the process
+# (SIGSEGV, about one parse in a few thousand) on ``{`` followed by a code point from U+A0000 up, found by
+# `make fuzz`; bash itself treats every non-ASCII byte as an ordinary word character, which a letter is too. The
+# tree's byte offsets are unchanged (one byte for one byte), so every node still slices the real line.
+_ASCII_ONLY = bytes(range(128)) + bytes(
+    (b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" * 3)[:128])
 
 
 def parse(source: bytes) -> Node:
-    """The syntax tree of `source` (the line as bytes); raises `BudgetExceeded` when the decision's deadline passes mid-parse (tree-sitter
-    asks a progress callback every few hundred bytes, so even a pathological line costs at most the deadline)."""
+    """The syntax tree of `source` (the line as bytes, read by the grammar as ASCII: see `_ASCII_ONLY`); raises
+    `BudgetExceeded` when the decision's deadline passes mid-parse (tree-sitter asks a progress callback every
+    few hundred bytes, so even a pathological line costs at most the deadline)."""
+    source = source.translate(_ASCII_ONLY)
     parser = tree_sitter.Parser(_LANGUAGE)
     deadline = budget.current()
     if deadline is None or len(source) <= _CHEAP_BYTES:
