@@ -6,7 +6,8 @@ import json
 
 from guardrail.core.cli import main
 
-ROW_KEYS = {"framework", "configuration", "baseline", "layers", "recorder_dropped", "median_added_ms_per_step",
+ROW_KEYS = {"framework", "configuration", "baseline", "layers", "recorder_dropped", "writer_ms_per_step",
+            "median_added_ms_per_step",
             "p95_added_ms_per_step", "floor_median_ms", "adapter_median_ms", "layers_median_ms", "best_added_ms",
             "best_floor_ms", "best_adapter_ms", "best_layers_ms", "adapter_self_ms", "steps", "load_average"}
 
@@ -73,3 +74,4 @@ def test_the_record_row_is_paired_with_every_layer_unrecorded(capsys):
     assert code == 0
     assert row["baseline"] == "all" and row["layers"] == ["gate", "monitor", "verifier", "record"]
     assert row["recorder_dropped"] == 0 and row["steps"] > 0
+    assert row["writer_ms_per_step"] > 0  # every recorded run was written inside its own timing (a flush)

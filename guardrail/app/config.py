@@ -108,7 +108,7 @@ class RecordSection(_Section):
     max_queue: int | None = Field(default=None, ge=1, le=10_000_000, description="recorder queue bound (a full queue drops)")
     max_steps: int | None = Field(default=None, ge=1, le=1_000_000, description="steps one episode may store")
     finish_timeout_s: float | None = Field(default=None, ge=0, le=600, description="how long an episode's end waits for "
-                                                                          "the store")
+                                                                          "the store (default 0: it lands within 50 ms)")
 
 
 class CaptureSection(_Section):

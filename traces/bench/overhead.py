@@ -15,7 +15,8 @@ runs in every variant, one after another in a rotated order within each repeat:
 Each repeat gives, per step, ``floor - bare`` (`floor_median_ms`), ``none - floor`` (`adapter_median_ms`:
 the adapter's own cost), ``configuration - none`` (`layers_median_ms`) and ``configuration - bare``
 (`median_added_ms_per_step`; for ``record``, ``record - all``: what recording adds, writer thread
-included); rows report medians over repeats, and the same differences between each variant's fastest
+included: each recorded run ends with a flush, so its episode is written inside its own timing, in a
+transaction of its own); rows report medians over repeats, and the same differences between each variant's fastest
 run (``best_*_ms``: the least disturbed runs). ``adapter_self_ms`` is measured apart, after the paired
 repeats: as many episodes of the empty adapter with its hooks timed from inside (CPU time, less the
 model and tool calls they make: of the thread running each hook in LangGraph, of the process in
@@ -424,6 +425,22 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def _charging_the_writer(run: Callable[[], tuple[float, int]], recorder: Any) -> Callable[[], tuple[float, int]]:
+    """`run`, whose time includes writing its episode: the recorder writes on a thread every 50 ms, which would
+    otherwise land in whichever variant runs then. Flushing at the end writes each episode in a transaction of its
+    own, as a deployment does whose episodes are further apart than that (the dearer case)."""
+    if recorder is None:
+        return run
+
+    def run_and_write() -> tuple[float, int]:
+        seconds, steps = run()
+        started = time.process_time()
+        recorder.flush()
+        return seconds + time.process_time() - started, steps
+
+    return run_and_write
+
+
 def _median(values: Sequence[float]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
@@ -454,7 +471,8 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                     continue
                 guards[variant] = _guard(variant, Path(workspace), tools, monitor, spec,
                                          store=f"sqlite:///{workspace}/{framework}-runs.db")
-                runners[variant] = _runner(framework, task, policy, guards[variant][0])
+                runners[variant] = _charging_the_writer(_runner(framework, task, policy, guards[variant][0]),
+                                                        guards[variant][0].recorder)
             for _ in range(warmup):  # imports, caches, the gate's first index build
                 for variant in variants:
                     runners[variant]()
@@ -463,6 +481,7 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
             gc.collect()
             gc.freeze()
             load_before = _load()
+            writer_before = {v: g.recorder.writer_cpu_s for v, (g, _) in guards.items() if g.recorder is not None}
             per_step: list[dict[str, float]] = []  # one {variant: ms per step} per comparable repeat
             steps = 0
             for repeat in progress(range(repeats), desc=framework, total=repeats, enabled=show_progress):
@@ -500,6 +519,9 @@ def measure_overhead(frameworks: Sequence[str] = FRAMEWORKS, configurations: Seq
                     "baseline": "all" if configuration == "record" else "unguarded",
                     "layers": [layer.name for layer in guard.layers] + (["record"] if recorder is not None else []),
                     "recorder_dropped": recorder.dropped if recorder is not None else None,
+                    # of the recorded runs' cost, what the writer thread spent (serializing and writing to SQLite)
+                    "writer_ms_per_step": round((recorder.writer_cpu_s - writer_before[configuration]) * 1000.0
+                                                / steps, 4) if recorder is not None and steps else None,
                     "median_added_ms_per_step": _median(added),
                     "p95_added_ms_per_step": round(_percentile(added, 0.95), 4) if added else None,
                     "floor_median_ms": _median(floor) if framework != "guard" else None,

@@ -1,22 +1,22 @@
 """`RunRecorder`: the Guard's link to a run store, off the agent's hot path.
 
 The Guard hands the recorder each episode's start, steps, non-allow decisions and end. On the
-agent's thread that is one ``put_nowait`` on a bounded queue (a full queue drops the step and
-counts it, never blocks); a writer thread serializes, redacts and writes in batches. Starts, ends
-and labels are never dropped (they go on a small side list when the queue is full), and an
-episode's end waits, at most ``finish_timeout_s``, until it is in the store, so a run that
-returned is a run the user can label. Nothing the recorder does raises into the agent: a store
-that fails is logged once per kind of error and counted.
+agent's thread that is one append to a bounded deque (a full one drops the step and counts it,
+never blocks); a writer thread wakes every `_LINGER_S`, or at once for an episode's end or a
+flush, and serializes, redacts and writes everything waiting in one transaction. Starts, ends and
+labels are never dropped. An episode is in the store within `_LINGER_S` of its end (`flush()`
+waits for it; ``finish_timeout_s`` makes every end wait). Nothing the recorder does raises into
+the agent: a store that fails is logged once per kind of error and counted.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import math
 import os
-import queue
 import re
 import socket
 import threading
@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
+from guardrail.core.redaction import is_secret_key as secret_key
+from guardrail.core.redaction import redact_value
 from guardrail.core.runstore.base import (
     DEFAULT_MAX_STEPS,
     MAX_STEP_BYTES,
@@ -52,11 +54,10 @@ _log = logging.getLogger("guardrail.runstore")
 _MESSAGE_CAP = 1_000  # a finding's message and hint as stored
 _CONTENT_CAP = 20_000  # one stored string (a step text, a tool result): the step path caps results at this too
 _BATCH = 512  # operations per store write
-# How long the writer gathers a batch before writing it, so one commit carries many steps; an episode's end or
-# a flush cuts it short (someone waits on those). Gathering past an episode's end was measured: it cost the
-# writer more CPU per step (198 vs 117 us on the guard-alone replay), not less.
+# How long the writer sleeps between drains, so one commit carries many steps (many episodes at load). It sleeps
+# rather than waiting on a queue: a queue's consumer is woken for every item, and each wake-up costs the agent's
+# thread a GIL hand-over. An episode's end with a waiter, a flush and a close wake it at once.
 _LINGER_S = 0.05
-_WAITED_ON = frozenset({"finish", "flush", "stop"})
 _CONTENT_KEYS = ("text", "task")
 _HOST = socket.gethostname()
 
@@ -103,10 +104,12 @@ def may_hold_secret(text: str) -> bool:
     return False
 
 
+# An episode's task rides on its steps: decided once per task, not once per step.
+_task_may_hold_secret = functools.lru_cache(maxsize=64)(may_hold_secret)
+
+
 def redact_content(value: Any) -> Any:
     """`value` (JSON-able) with secrets masked in every string, under the span redaction rules, same shape."""
-    from guardrail.core.redaction import redact_value
-
     if isinstance(value, str) and not may_hold_secret(value):
         return value  # the fast path: nothing the rules could change
     return redact_value(value)
@@ -151,11 +154,12 @@ class RunRecorder:
     ``redact`` masks secrets in every stored string with the span redaction rules (on by default: a
     store keeps content far longer than a span). ``max_queue`` bounds what waits for the writer;
     ``max_steps`` what one episode may store. ``finish_timeout_s`` is the longest an episode's end
-    waits for the store (0: never wait).
+    waits for the store (0, the default: it never waits, and is in the store within `_LINGER_S`;
+    `flush()` and `label()` wait for what came before them).
     """
 
     def __init__(self, store: RunStore | str, *, redact: bool = True, max_queue: int = 10_000,
-                 max_steps: int = DEFAULT_MAX_STEPS, finish_timeout_s: float = 2.0) -> None:
+                 max_steps: int = DEFAULT_MAX_STEPS, finish_timeout_s: float = 0.0) -> None:
         self.store = open_store(store)
         self.redact = redact
         self.max_steps = max_steps
@@ -163,8 +167,14 @@ class RunRecorder:
         self.dropped = 0  # steps and decisions lost to a full queue
         self.written = 0  # operations the store accepted
         self.errors = 0  # batches the store refused
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queue)
-        self._side: deque[Any] = deque()  # starts, ends and labels that found the queue full
+        self.writer_cpu_s = 0.0  # CPU time the writer thread spent serializing and writing (benchmarks read it)
+        self.max_queue = max_queue
+        # A deque, not a queue.Queue: an append is atomic under the GIL and takes no lock (the agent's whole
+        # cost per step); the writer drains it with popleft. The bound is checked before appending, so two
+        # agent threads racing may overshoot it by one item each.
+        self._items: deque[Any] = deque()
+        self._half_full = max_queue // 2
+        self._wake = threading.Event()
         self._dropped_by_episode: dict[str, int] = {}
         self._open: dict[str, int] = {}  # running episode -> steps recorded so far (writer's count)
         self._errors_seen: set[str] = set()
@@ -178,20 +188,19 @@ class RunRecorder:
         atexit.register(_close_at_exit, reference)
 
     # ------------------------------------------------------------------ the Guard's calls (agent thread)
-    def _put(self, item: tuple[Any, ...], *, control: bool = False) -> bool:
+    def _put(self, item: tuple[Any, ...], *, control: bool = False, wake: bool = False) -> bool:
         if self._closed:
             return False
-        try:
-            self._queue.put_nowait(item)
+        waiting = len(self._items)
+        if control or waiting < self.max_queue:
+            self._items.append(item)
+            if wake or waiting == self._half_full:  # a burst: drain before the bound is reached
+                self._wake.set()
             return True
-        except queue.Full:
-            if control:
-                self._side.append(item)
-                return True
-            with self._lock:
-                self.dropped += 1
-                self._dropped_by_episode[item[1]] = self._dropped_by_episode.get(item[1], 0) + 1
-            return False
+        with self._lock:
+            self.dropped += 1
+            self._dropped_by_episode[item[1]] = self._dropped_by_episode.get(item[1], 0) + 1
+        return False
 
     def begin(self, ctx: EpisodeContext, *, mode: str, layers: list[str], versions: Mapping[str, str]) -> None:
         episode = ctx.episode
@@ -213,10 +222,11 @@ class RunRecorder:
         with ctx.lock:
             findings = list(ctx.findings)
             shadow = dict(ctx.shadow)
-        waiter = _Waiter()
+        waiter = _Waiter() if self.finish_timeout_s > 0 else None
         self._put(("finish", episode.episode_id, decision.verdict.value, findings, episode.task,
-                   list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True)
-        if self.finish_timeout_s > 0 and not self._closed:
+                   list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True,
+                  wake=waiter is not None)
+        if waiter is not None and not self._closed:
             waiter.event.wait(self.finish_timeout_s)
 
     def label(self, episode_id: str, label: str) -> None:
@@ -231,7 +241,7 @@ class RunRecorder:
         if self._closed:
             return True
         waiter = _Waiter()
-        self._put(("flush", "", waiter), control=True)
+        self._put(("flush", "", waiter), control=True, wake=True)
         return waiter.event.wait(timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -240,10 +250,8 @@ class RunRecorder:
             return
         self.flush(timeout_s)
         self._closed = True
-        try:
-            self._queue.put(("stop", ""), timeout=timeout_s)
-        except queue.Full:
-            self._side.append(("stop", ""))
+        self._items.append(("stop", ""))
+        self._wake.set()
         self._thread.join(timeout_s)
         try:
             self.store.close()
@@ -252,34 +260,27 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ the writer thread
     def _next_batch(self) -> list[Any]:
-        """What to write next: everything waiting, gathered for up to `_LINGER_S` after the first item so one
-        transaction carries many steps, and cut short by an episode's end or a flush (someone waits on those)."""
+        """What to write next: everything waiting (up to `_BATCH` items), after a sleep of `_LINGER_S` or a
+        wake-up (an episode's end someone waits on, a flush, a close)."""
+        if len(self._items) < _BATCH:  # a full batch waiting is written at once
+            self._wake.wait(_LINGER_S)
+            self._wake.clear()  # before draining: an item whose wake-up this clears is drained below
         items: list[Any] = []
-        while self._side:
-            items.append(self._side.popleft())
-        if not items:
-            try:
-                items.append(self._queue.get(timeout=0.5))
-            except queue.Empty:
-                return []
-        waited_on = any(item[0] in _WAITED_ON for item in items)
-        deadline = time.monotonic() + _LINGER_S
-        while len(items) < _BATCH:
-            try:
-                item = self._queue.get_nowait() if waited_on else \
-                    self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            items.append(item)
-            waited_on = waited_on or item[0] in _WAITED_ON
-        while self._side and len(items) < 2 * _BATCH:
-            items.append(self._side.popleft())
+        popleft = self._items.popleft
+        try:
+            while len(items) < _BATCH:
+                items.append(popleft())
+        except IndexError:
+            pass
         return items
 
     def _run(self) -> None:
         stopping = False
         while not stopping:
             items = self._next_batch()
+            if not items:
+                continue
+            started = time.thread_time()
             ops: list[StoreOp] = []
             waiters: list[_Waiter] = []
             for item in items:
@@ -297,7 +298,7 @@ class RunRecorder:
                     op = None
                 if op is not None:
                     ops.append(op)
-                if kind == "finish":
+                if kind == "finish" and item[-1] is not None:
                     waiters.append(item[-1])
             if stopping:
                 ops.extend(self._abandoned())
@@ -308,6 +309,7 @@ class RunRecorder:
                 except Exception as exc:  # noqa: BLE001 - the store failing never reaches the agent
                     self.errors += 1
                     self._report("write", exc)
+            self.writer_cpu_s += time.thread_time() - started
             for waiter in waiters:
                 waiter.event.set()
 
@@ -374,7 +376,7 @@ class RunRecorder:
     # ------------------------------------------------------------------ for tests and benchmarks
     @property
     def backlog(self) -> int:
-        return self._queue.qsize() + len(self._side)
+        return len(self._items)
 
     def wait_idle(self, timeout_s: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -387,9 +389,8 @@ def _clean(step: Step) -> bool:
     """True when redaction cannot change `step` (the writer's fast path). A step's text holds its calls'
     arguments and results verbatim (`format_tool_text`), so a clean text clears the parts it contains."""
     text = step.text
-    if may_hold_secret(text) or (step.task is not None and may_hold_secret(step.task)):
+    if may_hold_secret(text) or (step.task is not None and _task_may_hold_secret(step.task)):
         return False
-    from guardrail.core.redaction import is_secret_key as secret_key
 
     for event in step.tool_events:
         if event.guard_message is not None and may_hold_secret(event.guard_message):

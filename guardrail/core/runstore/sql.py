@@ -217,11 +217,14 @@ class _SqlStore(RunStore):
     def _write_one(self, cursor: Any, op: StoreOp) -> None:
         if isinstance(op, Begin):
             header = op.header
-            for table in ("guardrail_steps", "guardrail_decisions", "guardrail_episodes"):
-                self._execute(cursor, f"DELETE FROM {table} WHERE episode_id = ?", (header.episode_id,))
-            self._execute(cursor, "INSERT INTO guardrail_episodes (episode_id, started_at, status, framework, header) "
-                                  "VALUES (?, ?, 'running', ?, ?)",
-                          (header.episode_id, header.started_at, header.framework, header.model_dump_json()))
+            row = (header.episode_id, header.started_at, header.framework, header.model_dump_json())
+            insert = ("INSERT INTO guardrail_episodes (episode_id, started_at, status, framework, header) "
+                      "VALUES (?, ?, 'running', ?, ?)")
+            if self._execute(cursor, insert + " ON CONFLICT (episode_id) DO NOTHING", row).rowcount != 1:
+                # The id was recorded before (an episode run again under its id): the new run replaces it.
+                for table in ("guardrail_steps", "guardrail_decisions", "guardrail_episodes"):
+                    self._execute(cursor, f"DELETE FROM {table} WHERE episode_id = ?", (header.episode_id,))
+                self._execute(cursor, insert, row)
         elif isinstance(op, DecisionOp):
             self._execute(cursor, "INSERT INTO guardrail_decisions (episode_id, body) VALUES (?, ?)",
                           (op.episode_id, json.dumps(op.body, default=str)))
