@@ -145,6 +145,9 @@ def test_the_alarm_policy_key_is_passed_through_or_reported(tmp_path):
     assert check_config(tmp_path / "a.toml") == []
     guard = Guard.from_config(tmp_path / "a.toml")
     assert guard.on_alarm == "stop" and guard.stops_on_alarm
+    (tmp_path / "b.toml").write_text('[alarm]\non_alarm = "halt"\n')
+    (problem,) = check_config(tmp_path / "b.toml")
+    assert problem.startswith("alarm.on_alarm:") and "'warn', 'stop' or 'repair'" in problem
 
 
 def test_self_consistency_in_a_file_asks_for_its_sandbox_in_code(tmp_path):

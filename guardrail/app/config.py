@@ -121,7 +121,8 @@ class CaptureSection(_Section):
 class AlarmSection(_Section):
     """What a monitor alarm does."""
 
-    on_alarm: str | None = Field(default=None, description="the alarm policy, passed to Guard.default(on_alarm=...)")
+    on_alarm: Literal["warn", "stop", "repair"] | None = Field(
+        default=None, description="the alarm policy, passed to Guard.default(on_alarm=...)")
 
 
 class TelemetrySection(_Section):
