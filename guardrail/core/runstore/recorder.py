@@ -104,8 +104,21 @@ def may_hold_secret(text: str) -> bool:
     return False
 
 
-# An episode's task rides on its steps: decided once per task, not once per step.
-_task_may_hold_secret = functools.lru_cache(maxsize=64)(may_hold_secret)
+# An episode's task rides on its start, its end and its steps: decided once per task, not each time (tasks up to
+# `_CACHED_TASK_CHARS` are remembered, so the cache holds at most 64 of those).
+_CACHED_TASK_CHARS = 8_192
+_cached_may_hold_secret = functools.lru_cache(maxsize=64)(may_hold_secret)
+
+
+def _task_may_hold_secret(task: str) -> bool:
+    return _cached_may_hold_secret(task) if len(task) <= _CACHED_TASK_CHARS else may_hold_secret(task)
+
+
+def _redact_task(task: Any) -> Any:
+    """An episode's task, redacted (it is stored at the start, at the end and on steps: decided once)."""
+    if isinstance(task, str) and not _task_may_hold_secret(task):
+        return task
+    return redact_value(task)
 
 
 def redact_content(value: Any) -> Any:
@@ -333,7 +346,7 @@ class RunRecorder:
         if kind == "begin":
             header: RunHeader = item[2]
             if self.redact:
-                header.task = redact_content(header.task)
+                header.task = _redact_task(header.task)
             self._open[episode_id] = 0
             return Begin(header)
         if kind == "step":
@@ -356,7 +369,7 @@ class RunRecorder:
             self._open.pop(episode_id, None)
             redact = redact_content if self.redact else None
             outcome = RunOutcome(finished_at=finished_at, status=status, verdict=verdict,
-                                 task=redact(task) if redact and task else task, tools=tools, n_steps=n_steps,
+                                 task=_redact_task(task) if redact and task else task, tools=tools, n_steps=n_steps,
                                  findings=[finding_record(f, redact) for f in findings],
                                  steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason,
                                  shadow=redact(shadow) if redact and shadow else shadow)
