@@ -121,3 +121,33 @@ TOOL_REGRESSIONS = [
 def test_tool_regression_inputs(gate: Gate, tool: str, args: dict[str, object]) -> None:
     report = gate.check({"kind": "tool", "tool": tool, "args": args})
     assert report.error is None and "tool_args_valid" in [r.predicate.name for r in report.violations]
+
+
+_GRAMMAR_FUZZ = """
+import random, sys
+from guardrail.gate.shell_syntax import parse
+rnd = random.Random(int(sys.argv[1]))
+atoms = ["{", "}", "$(", ")", "`", "'", '"', "\\\\", "<<EOF\\n", "EOF\\n", "\\n", " ", "${", "[[", "]]", "|", "&&", ";;",
+         "case x in", "esac", "if", "then", "fi", "a", "1", "..", ",", "*", "#", "=", "$((", "))", "<(", "\\r", "\\x00"]
+for _ in range(int(sys.argv[2])):
+    parts = [rnd.choice(atoms) if rnd.random() < 0.7 else chr(rnd.choice([rnd.randrange(128), rnd.randrange(0x80, 0x800),
+             rnd.randrange(0x10000, 0x110000)])) for _ in range(rnd.randint(1, 40))]
+    parse("".join(parts).encode("utf-8", "surrogatepass"))
+print("survived")
+"""
+
+
+def test_the_grammar_survives_any_bytes_in_a_child_process() -> None:
+    # tree-sitter-bash is C: a crash there would kill the agent's process, not raise. Each child parses random
+    # lines (shell atoms and code points from every plane) through `parse`; a segfault fails this test only.
+    import os
+    import subprocess
+    import sys
+
+    count = max(500, int(os.environ.get("GUARDRAIL_FUZZ_EXAMPLES", "300")))
+    root = Path(__file__).resolve().parents[1]
+    children = [subprocess.Popen([sys.executable, "-c", _GRAMMAR_FUZZ, str(seed), str(count)], cwd=root,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in range(8)]
+    for seed, child in enumerate(children):
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0 and out.strip() == "survived", (seed, child.returncode, err[-400:])
