@@ -4,7 +4,8 @@ The Guard hands the recorder each episode's start, steps, non-allow decisions an
 agent's thread that is one append to a bounded deque (a full one drops the step and counts it,
 never blocks); a writer thread wakes every `_LINGER_S`, or at once for an episode's end or a
 flush, and serializes, redacts and writes everything waiting in one transaction. Starts, ends and
-labels are never dropped. An episode is in the store within `_LINGER_S` of its end (`flush()`
+labels are never dropped; an episode that ends while the writer is behind waits for it, at most
+`_CATCH_UP_S`. An episode is in the store within `_LINGER_S` of its end (`flush()`
 waits for it; ``finish_timeout_s`` makes every end wait). Nothing the recorder does raises into
 the agent: a store that fails is logged once per kind of error and counted.
 """
@@ -58,6 +59,11 @@ _BATCH = 512  # operations per store write
 # rather than waiting on a queue: a queue's consumer is woken for every item, and each wake-up costs the agent's
 # thread a GIL hand-over. An episode's end with a waiter, a flush and a close wake it at once.
 _LINGER_S = 0.05
+# The longest an episode's end waits for a writer that is behind. Each statement the store's driver runs lets go
+# of the GIL and must win it back; in a process whose agent threads never wait (a benchmark, a batch replay) that
+# took 25-35 ms a statement here, so the writer fell behind and the queue overflowed (bench load, one thread:
+# 14,874 of 20,000 steps dropped). Waiting at an episode's end, only then, gives the writer the GIL.
+_CATCH_UP_S = 1.0
 _CONTENT_KEYS = ("text", "task")
 _HOST = socket.gethostname()
 
@@ -187,6 +193,7 @@ class RunRecorder:
         # agent threads racing may overshoot it by one item each.
         self._items: deque[Any] = deque()
         self._half_full = max_queue // 2
+        self._catch_up_at = min(_BATCH, max_queue // 4)
         self._wake = threading.Event()
         self._dropped_by_episode: dict[str, int] = {}
         self._open: dict[str, int] = {}  # running episode -> steps recorded so far (writer's count)
@@ -235,12 +242,15 @@ class RunRecorder:
         with ctx.lock:
             findings = list(ctx.findings)
             shadow = dict(ctx.shadow)
-        waiter = _Waiter() if self.finish_timeout_s > 0 else None
+        # The writer is behind when the agent's own threads leave it no time (the GIL: see `_CATCH_UP_S`): the
+        # episode's end then waits for it, so a busy process records everything instead of dropping.
+        behind = len(self._items) > self._catch_up_at
+        waiter = _Waiter() if self.finish_timeout_s > 0 or behind else None
         self._put(("finish", episode.episode_id, decision.verdict.value, findings, episode.task,
                    list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True,
                   wake=waiter is not None)
         if waiter is not None and not self._closed:
-            waiter.event.wait(self.finish_timeout_s)
+            waiter.event.wait(max(self.finish_timeout_s, _CATCH_UP_S if behind else 0.0))
 
     def label(self, episode_id: str, label: str) -> None:
         """Label a recorded episode (after everything recorded so far is in the store)."""

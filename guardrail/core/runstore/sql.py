@@ -38,6 +38,7 @@ from guardrail.core.runstore.records import STORE_FORMAT, STORE_VERSION, RunHead
 
 __all__ = ["PostgresStore", "SqliteStore", "sqlite_path"]
 
+_ROWS_PER_STATEMENT = 200  # rows of one multi-row INSERT (600 parameters: under SQLite's oldest limit of 999)
 _EVICT_EVERY = 64  # batches between checks of the store's size (a SUM over the episodes table)
 _MAX_DECISIONS = 10_000  # decisions read back per episode
 
@@ -180,14 +181,10 @@ class _SqlStore(RunStore):
         with self._lock:
             cursor = self._conn.cursor()
             try:
-                steps: list[StepLine] = []
-                for op in batch:
-                    if isinstance(op, StepLine):
-                        steps.append(op)  # written together: one statement for many rows
-                        continue
-                    self._write_steps(cursor, steps)
-                    self._write_one(cursor, op)
-                self._write_steps(cursor, steps)
+                if self._groupable(batch):
+                    self._write_grouped(cursor, batch)
+                else:
+                    self._write_in_order(cursor, batch)
                 self._conn.commit()
             except Exception:
                 self._conn.rollback()
@@ -198,21 +195,121 @@ class _SqlStore(RunStore):
             if self._batches % _EVICT_EVERY == 0:
                 self._evict()
 
-    def _write_steps(self, cursor: Any, steps: list[StepLine]) -> None:
-        if not steps:
-            return
-        cursor.executemany(self._sql("INSERT INTO guardrail_steps (episode_id, idx, body) VALUES (?, ?, ?) "
-                                     "ON CONFLICT (episode_id, idx) DO UPDATE SET body = excluded.body"),
-                           [(op.episode_id, op.index, op.body) for op in steps])
-        counts: dict[str, list[int]] = {}
-        for op in steps:
-            count = counts.setdefault(op.episode_id, [0, 0])
-            count[0] += 1
-            count[1] += len(op.body)
-        cursor.executemany(self._sql("UPDATE guardrail_episodes SET n_steps = n_steps + ?, bytes = bytes + ? "
-                                     "WHERE episode_id = ? AND status = 'running'"),
-                           [(n, size, episode_id) for episode_id, (n, size) in counts.items()])
-        steps.clear()
+    # Every statement the driver runs releases the GIL and must win it back, which in a process whose agent
+    # threads never wait costs up to the interpreter's switch interval (5 ms): measured, a batch of 60 episodes
+    # written a statement per episode took 280 ms of wall time for 30 ms of CPU, and the queue overflowed. So a
+    # batch is written in a fixed number of statements, whatever it holds: one per kind of row (multi-row
+    # INSERTs, and UPSERTs that update the episodes' rows), plus one to learn which episodes exist.
+    @staticmethod
+    def _groupable(batch: Sequence[StoreOp]) -> bool:
+        """True when grouping by kind keeps the batch's meaning: no label, each episode begun at most once and
+        never after its end (the recorder's batches, always; anything else is written in order)."""
+        begun: set[str] = set()
+        finished: set[str] = set()
+        for op in batch:
+            if isinstance(op, Label):
+                return False
+            if isinstance(op, Begin):
+                if op.header.episode_id in begun or op.header.episode_id in finished:
+                    return False
+                begun.add(op.header.episode_id)
+            elif isinstance(op, Finish):
+                finished.add(op.episode_id)
+        return True
+
+    def _write_grouped(self, cursor: Any, batch: Sequence[StoreOp]) -> None:
+        begins = [op for op in batch if isinstance(op, Begin)]
+        steps = [op for op in batch if isinstance(op, StepLine)]
+        decisions = [op for op in batch if isinstance(op, DecisionOp)]
+        finishes = list({op.episode_id: op for op in batch if isinstance(op, Finish)}.values())
+        begun = {op.header.episode_id for op in begins}
+        named = sorted(begun | {op.episode_id for op in steps} | {op.episode_id for op in finishes})
+        existing = self._existing(cursor, named)
+        replaced = sorted(begun & existing)  # an episode run again under its id: the new run replaces it
+        for start in range(0, len(replaced), _ROWS_PER_STATEMENT):
+            chunk = replaced[start:start + _ROWS_PER_STATEMENT]
+            marks = ", ".join(["?"] * len(chunk))
+            for table in ("guardrail_steps", "guardrail_decisions", "guardrail_episodes"):
+                self._execute(cursor, f"DELETE FROM {table} WHERE episode_id IN ({marks})", chunk)
+        if begins:
+            self._insert_rows(cursor, "INSERT INTO guardrail_episodes (episode_id, started_at, status, framework, "
+                                      "header) VALUES {rows}",
+                              [(op.header.episode_id, op.header.started_at, "running", op.header.framework,
+                               op.header.model_dump_json()) for op in begins])
+        known = existing | begun
+        self._write_rows(cursor, steps, decisions, known)
+        finishes = [op for op in finishes if op.episode_id in known]
+        if finishes:
+            self._insert_rows(cursor, "INSERT INTO guardrail_episodes (episode_id, header, finished_at, status, "
+                                      "verdict, outcome) VALUES {rows} ON CONFLICT (episode_id) DO UPDATE SET "
+                                      "finished_at = excluded.finished_at, status = excluded.status, "
+                                      "verdict = excluded.verdict, outcome = excluded.outcome",
+                              [(op.episode_id, "{}", op.outcome.finished_at, op.outcome.status, op.outcome.verdict,
+                                op.outcome.model_dump_json()) for op in finishes])
+
+    def _existing(self, cursor: Any, episode_ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(episode_ids), _ROWS_PER_STATEMENT):
+            chunk = episode_ids[start:start + _ROWS_PER_STATEMENT]
+            rows = self._execute(cursor, "SELECT episode_id FROM guardrail_episodes WHERE episode_id IN "
+                                         f"({', '.join(['?'] * len(chunk))})", chunk).fetchall()
+            found.update(row[0] for row in rows)
+        return found
+
+    def _write_in_order(self, cursor: Any, batch: Sequence[StoreOp]) -> None:
+        steps: list[StepLine] = []
+        decisions: list[DecisionOp] = []
+        for op in batch:
+            if isinstance(op, StepLine):
+                steps.append(op)  # written together: one statement for many rows
+                continue
+            if isinstance(op, DecisionOp):
+                decisions.append(op)
+                continue
+            self._write_rows(cursor, steps, decisions)
+            self._write_one(cursor, op)
+        self._write_rows(cursor, steps, decisions)
+
+    def _write_rows(self, cursor: Any, steps: list[StepLine], decisions: list[DecisionOp],
+                    known: set[str] | None = None) -> None:
+        """Steps and decisions, many rows to a statement, and the step counts of their episodes (of those in
+        `known`, when given: the episodes that exist)."""
+        if steps:
+            # One row per step: a step sent twice keeps its last body (PostgreSQL refuses a statement that
+            # would update the same row twice).
+            latest = list({(op.episode_id, op.index): op for op in steps}.values())
+            self._insert_rows(cursor, "INSERT INTO guardrail_steps (episode_id, idx, body) VALUES {rows} "
+                                      "ON CONFLICT (episode_id, idx) DO UPDATE SET body = excluded.body",
+                              [(op.episode_id, op.index, op.body) for op in latest])
+            counts: dict[str, list[int]] = {}
+            for op in latest:
+                count = counts.setdefault(op.episode_id, [0, 0])
+                count[0] += 1
+                count[1] += len(op.body)
+            if known is None:
+                cursor.executemany(self._sql("UPDATE guardrail_episodes SET n_steps = n_steps + ?, "
+                                             "bytes = bytes + ? WHERE episode_id = ? AND status = 'running'"),
+                                   [(n, size, episode_id) for episode_id, (n, size) in counts.items()])
+            elif any(episode_id in known for episode_id in counts):
+                self._insert_rows(cursor, "INSERT INTO guardrail_episodes (episode_id, status, header, n_steps, "
+                                          "bytes) VALUES {rows} ON CONFLICT (episode_id) DO UPDATE SET "
+                                          "n_steps = guardrail_episodes.n_steps + excluded.n_steps, "
+                                          "bytes = guardrail_episodes.bytes + excluded.bytes "
+                                          "WHERE guardrail_episodes.status = 'running'",
+                                  [(episode_id, "running", "{}", n, size) for episode_id, (n, size) in counts.items()
+                                   if episode_id in known])
+            steps.clear()
+        if decisions:
+            self._insert_rows(cursor, "INSERT INTO guardrail_decisions (episode_id, body) VALUES {rows}",
+                              [(op.episode_id, json.dumps(op.body, default=str)) for op in decisions])
+            decisions.clear()
+
+    def _insert_rows(self, cursor: Any, template: str, rows: list[tuple[Any, ...]]) -> None:
+        width = len(rows[0])
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            chunk = rows[start:start + _ROWS_PER_STATEMENT]
+            marks = ", ".join(["(" + ", ".join(["?"] * width) + ")"] * len(chunk))
+            self._execute(cursor, template.format(rows=marks), [value for row in chunk for value in row])
 
     def _write_one(self, cursor: Any, op: StoreOp) -> None:
         if isinstance(op, Begin):
@@ -225,9 +322,6 @@ class _SqlStore(RunStore):
                 for table in ("guardrail_steps", "guardrail_decisions", "guardrail_episodes"):
                     self._execute(cursor, f"DELETE FROM {table} WHERE episode_id = ?", (header.episode_id,))
                 self._execute(cursor, insert, row)
-        elif isinstance(op, DecisionOp):
-            self._execute(cursor, "INSERT INTO guardrail_decisions (episode_id, body) VALUES (?, ?)",
-                          (op.episode_id, json.dumps(op.body, default=str)))
         elif isinstance(op, Finish):
             outcome = op.outcome
             self._execute(cursor, "UPDATE guardrail_episodes SET finished_at = ?, status = ?, verdict = ?, outcome = ? "
