@@ -38,6 +38,10 @@ from guardrail.core.runstore.records import STORE_FORMAT, STORE_VERSION, RunHead
 
 __all__ = ["PostgresStore", "SqliteStore", "sqlite_path"]
 
+# A batch this long is written grouped by kind (see `_write_grouped`): fewer statements, more CPU for each, which
+# pays on the batches a writer that fell behind drains (hundreds of operations), not on one episode's (measured:
+# an 8-step episode costs 105 us written in order, 170 us grouped).
+_GROUP_FROM = 64
 _ROWS_PER_STATEMENT = 200  # rows of one multi-row INSERT (600 parameters: under SQLite's oldest limit of 999)
 _EVICT_EVERY = 64  # batches between checks of the store's size (a SUM over the episodes table)
 _MAX_DECISIONS = 10_000  # decisions read back per episode
@@ -181,7 +185,7 @@ class _SqlStore(RunStore):
         with self._lock:
             cursor = self._conn.cursor()
             try:
-                if self._groupable(batch):
+                if len(batch) >= _GROUP_FROM and self._groupable(batch):
                     self._write_grouped(cursor, batch)
                 else:
                     self._write_in_order(cursor, batch)
