@@ -6,6 +6,8 @@ import ast
 from collections.abc import Mapping
 from functools import lru_cache
 
+from guardrail.core.pysyntax import parse_python
+
 __all__ = ["ExpressionError", "MissingQuantity", "evaluate", "expression_names"]
 
 _MAX_CHARS = 200
@@ -25,7 +27,7 @@ def _parse(text: str) -> ast.expr:
     if len(text) > _MAX_CHARS:
         raise ExpressionError(f"expression longer than {_MAX_CHARS} characters")
     try:
-        tree = ast.parse(text, mode="eval").body
+        tree = parse_python(text, mode="eval").body
     except SyntaxError as exc:
         raise ExpressionError(f"{text!r} is not an arithmetic expression: {exc.msg}") from exc
     for node in ast.walk(tree):

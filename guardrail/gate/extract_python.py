@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import replace
 
+from guardrail.core.pysyntax import parse_python
 from guardrail.gate import budget
 from guardrail.gate.budget import PARSE_COST
 from guardrail.gate.predicates import Predicate
@@ -46,7 +47,7 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
         PARSE_COST.afford(units, f"parsing the {origin} code")
     started = time.perf_counter()
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # not Python we can read: a syntax error is not a state predicate
     if units:
@@ -74,13 +75,13 @@ def extract_python(code: str, scope: Scope, *, search: tuple[str, ...], necessar
 
 def _syntax_version_problem(code: str, target: tuple[int, int]) -> tuple[int, int] | None:
     try:
-        ast.parse(code, feature_version=target)
+        parse_python(code, feature_version=target)
         return None
     except SyntaxError:
         pass
     for minor in range(target[1] + 1, sys.version_info[1] + 1):
         try:
-            ast.parse(code, feature_version=(3, minor))
+            parse_python(code, feature_version=(3, minor))
             return (3, minor)
         except SyntaxError:
             continue

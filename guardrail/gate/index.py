@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from guardrail.core.pysyntax import parse_python
 from guardrail.gate import budget
 from guardrail.gate.backend import taints
 from guardrail.gate.fsview import PathState
@@ -141,7 +142,7 @@ def _parse_inline(text: str, units: int) -> ModuleSymbols:
 def symbols_of_source(text: str) -> ModuleSymbols:
     """The names a module binds, read from its AST; a pathological module is unknown, never an exception."""
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return ModuleSymbols(error=f"not parseable: {type(exc).__name__}")
     try:

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from guardrail.core.pysyntax import parse_python
 from guardrail.gate.backend import Roots, taints
 
 if TYPE_CHECKING:
@@ -381,7 +382,7 @@ def _read_mapping(backend: ProbeBackend, finder_path: str) -> dict[str, str]:
     if text is None:
         return {}
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text)
         for node in tree.body:
             if isinstance(node, ast.Assign):
                 targets, value = list(node.targets), node.value

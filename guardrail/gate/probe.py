@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable
 
+from guardrail.core.pysyntax import parse_python
 from guardrail.gate.budget import BudgetExceeded, Deadline
 from guardrail.gate.fsview import PathState
 from guardrail.gate.index import (
@@ -116,7 +117,7 @@ def parametrized_ids(path: str, function: str, fs: FsView | None = None) -> tupl
     if text is None:
         return None, "unreadable"
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text)
     except (SyntaxError, ValueError, RecursionError):
         return None, "not parseable"
     if any(isinstance(n, ast.FunctionDef) and n.name == "pytest_generate_tests" for n in tree.body) or \
