@@ -37,7 +37,7 @@ services:
 	@bash scripts/mcp-servers.sh install || echo "note: the MCP filesystem server could not be installed; its tests will skip"
 
 pytest: install services
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
 
 test: lint typecheck pytest
 
