@@ -339,6 +339,8 @@ def test_a_hostile_span_file_gives_one_problem_per_bad_item_and_the_rest_is_impo
     del no_ids["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
     two_spans = json.loads(spans_line({**tool, "gen_ai.conversation.id": "second"}))
     two_spans["resourceSpans"][0]["scopeSpans"][0]["spans"].append({"spanId": "x", "name": "no trace"})
+    not_a_time = json.loads(spans_line({**tool, "gen_ai.conversation.id": "no-end"}))
+    not_a_time["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["endTimeUnixNano"] = "END"
     monkeypatch.setattr(otlp, "MAX_LINE_BYTES", 6_000_000)
     lines = [
         good,                                          # 1: imported
@@ -353,6 +355,8 @@ def test_a_hostile_span_file_gives_one_problem_per_bad_item_and_the_rest_is_impo
         json.dumps(two_spans),                         # 10: one good span imported, one without ids
         "x" * 7_000_000,                               # 11: a line over the limit
         json.dumps({"resourceSpans": "not a list"}),   # 12: an export that is not one
+        json.dumps(not_a_time).replace('"END"', "NaN"),       # 13: a span ending at NaN (found by make fuzz)
+        json.dumps(not_a_time).replace('"END"', "Infinity"),  # 14: and at infinity
     ]
     path = tmp_path / "hostile.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -365,12 +369,13 @@ def test_a_hostile_span_file_gives_one_problem_per_bad_item_and_the_rest_is_impo
     problems = report["problems"]
     where = sorted(p.split(": ", 1)[0] for p in problems)
     assert where == sorted([f"{path}:2", f"{path}:3", f"{path}:4", f"{path}:5", f"{path}:6", "deep-args", "huge-chat",
-                            f"{path}:10", f"{path}:11", f"{path}:12"]), problems
+                            f"{path}:10", f"{path}:11", f"{path}:12", f"{path}:13", f"{path}:14"]), problems
     text = "\n".join(problems)
     assert "not valid JSON" in text and "nested deeper than 512 levels" in text and "not an OTLP export" in text
     assert "nests deeper than 64 levels: span skipped" in text and "no trace id: span skipped" in text
     assert "gen_ai.tool.call.arguments nests deeper than 64" in text and "more than the 1048576 read" in text
     assert "line longer than 6000000 bytes" in text
+    assert "end time is nan, not a time" in text and "end time is inf, not a time" in text
     long_step = step_bodies(store)["long"][0]["tool_events"][0]
     assert len(long_step["result"]) == 20_000 and long_step["result_truncated"] is True
 

@@ -25,6 +25,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -111,7 +112,7 @@ def _any_value(value: Any, depth: int = 0) -> Any:
     if "intValue" in value:
         try:
             return int(value["intValue"])
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an intValue of Infinity
             raise _BadItem(f"intValue {str(value['intValue'])[:40]!r} is not an integer") from exc
     if "doubleValue" in value:
         try:
@@ -153,6 +154,8 @@ def _nanos(value: Any, what: str) -> int | None:
         return None
     if isinstance(value, bool):
         raise _BadItem(f"{what} is not a time")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _BadItem(f"{what} is {value}, not a time")
     if isinstance(value, int | float):
         return int(value)
     if isinstance(value, str):
