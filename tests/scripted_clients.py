@@ -40,8 +40,9 @@ def scripted_client(move: Move) -> Any:
                                 content=[FunctionCall(id=f"call_{len(results)}", name=decided["name"],
                                                       arguments=json.dumps(decided["args"]))])
 
-        def create_stream(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError("the scripted client does not stream")
+        async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:
+            # A stream of one: the whole reply as its final result (an agent with model_client_stream=True).
+            yield await self.create(messages, **kwargs)
 
         async def close(self) -> None:
             return None

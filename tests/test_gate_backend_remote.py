@@ -294,7 +294,7 @@ def test_stats_are_answered_by_find_without_an_interpreter_and_agree(tmp_path: P
     import shutil
 
     if shutil.which("find") is None:
-        pytest.skip("no find on this machine")
+        pytest.skip("find is not installed (Debian: apt-get install findutils): the find-by-argv path has nothing to run")
     ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
     (ws / "escape").symlink_to("/etc")
     fast, slow = RemoteBackend(LocalExecTransport()), RemoteBackend(LocalExecTransport(), coreutils=False)

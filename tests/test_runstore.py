@@ -139,6 +139,16 @@ class SlowStore(RunStore):
         self.release.wait(5)
         self.ops.extend(batch)
 
+    # Written to only: it has nothing to read back.
+    def set_labels(self, labels: Any) -> list[str]:
+        return list(labels)
+
+    def summaries(self, problems: Any = None) -> list[Any]:
+        return []
+
+    def episodes(self, ids: Any = None, *, problems: Any = None) -> Any:
+        return iter(())
+
 
 def test_a_full_queue_drops_steps_and_counts_them_and_never_blocks_the_agent():
     store = SlowStore()
@@ -182,6 +192,16 @@ class BrokenStore(RunStore):
 
     def write(self, batch: Any) -> None:
         raise OSError("disk full")
+
+    # Written to only: it has nothing to read back.
+    def set_labels(self, labels: Any) -> list[str]:
+        return list(labels)
+
+    def summaries(self, problems: Any = None) -> list[Any]:
+        return []
+
+    def episodes(self, ids: Any = None, *, problems: Any = None) -> Any:
+        return iter(())
 
 
 def test_a_failing_store_never_reaches_the_agent(caplog):

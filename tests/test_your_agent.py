@@ -114,7 +114,7 @@ def run_langchain(guard: Guard, city: str, fault: Fault = None) -> dict[str, Any
 
 
 # --------------------------------------------------------------------------- AutoGen
-def autogen_run(guard: Guard, city: str, fault: Fault = None) -> dict[str, Any]:
+def autogen_run(guard: Guard, city: str, fault: Fault = None, *, stream: bool = False) -> dict[str, Any]:
     import asyncio
 
     from autogen_agentchat.agents import AssistantAgent
@@ -128,7 +128,7 @@ def autogen_run(guard: Guard, city: str, fault: Fault = None) -> dict[str, Any]:
     agent = AssistantAgent("weather", model_client=guarded.model_client(client),
                            workbench=guarded.workbench([FunctionTool(get_weather, description=get_weather.__doc__),
                                                         FunctionTool(convert, description=convert.__doc__)]),
-                           max_tool_iterations=12)
+                           max_tool_iterations=12, model_client_stream=stream)
 
     async def go() -> Any:
         result = await agent.run(task=task_for(city))
@@ -169,6 +169,16 @@ def test_zero_config_catches_schema_violations_and_flags_no_healthy_run(framewor
     assert [f["check"] for f in rows[slipped["episode_id"]]["findings"]] == ["malformed_call"]
     assert all(rows[r["episode_id"]]["findings"] == [] and rows[r["episode_id"]]["label"] == "unlabelled"
                for r in healthy)
+
+
+def test_a_streaming_autogen_agent_is_guarded_as_one_that_is_not(tmp_path):
+    guard = Guard.default(record=f"sqlite:///{tmp_path}/runs.db", mode="intervene")
+    plain = [autogen_run(guard, "Montevideo", fault) for fault in (None, "bad_args")]
+    streamed = [autogen_run(guard, "Montevideo", fault, stream=True) for fault in (None, "bad_args")]
+    guard.close()
+    assert [(r["findings"], r["answer"], r["verdict"]) for r in streamed] == \
+        [(r["findings"], r["answer"], r["verdict"]) for r in plain]
+    assert ("gate", "malformed_call") in streamed[1]["findings"]
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ created and removed files, installs). Wrappers (``env``, ``timeout``, ``nice``, 
 
 from __future__ import annotations
 
+import abc
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -173,7 +174,7 @@ def _skip_options(args: list[str], values: frozenset[str] | set[str]) -> int:
     return index
 
 
-class CommandSemantics:
+class CommandSemantics(abc.ABC):
     """Predicates and effects of simple commands; the walker subclasses it and provides the shell state."""
 
     def __init__(self, scope: Scope, out: list[Predicate], python_version: tuple[int, ...] | None) -> None:
@@ -185,8 +186,9 @@ class CommandSemantics:
         self.soft_words: set[str] = set()  # globs that matched nothing, passed on as written: never blocking
 
     # ------------------------------------------------------------------ hooks the walker provides
-    def walk_text(self, text: str, origin: str) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def walk_text(self, text: str, origin: str) -> None:
+        """Parse `text` (a whole line, or a script a command runs) and walk its commands."""
 
     def call_function(self, name: str, args: list[str], dynamic: set[int]) -> bool:  # pragma: no cover
         return False

@@ -9,6 +9,7 @@ readers get `RunSummary`s and `Episode`s.
 
 from __future__ import annotations
 
+import abc
 import os
 import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -165,7 +166,7 @@ def episode_of(summary: RunSummary, header: RunHeader | None, outcome: RunOutcom
                    tools=list(tools), meta=meta)
 
 
-class RunStore:
+class RunStore(abc.ABC):
     """The interface every backend implements (see the module docstring).
 
     Writes come from one recorder's writer thread per process (`write`, in order); labels may
@@ -175,22 +176,23 @@ class RunStore:
     url: str = ""
 
     # ------------------------------------------------------------ writing
+    @abc.abstractmethod
     def write(self, batch: Sequence[StoreOp]) -> None:
-        raise NotImplementedError
+        """Apply `batch` in order, as one transaction where the backend has them."""
 
+    @abc.abstractmethod
     def set_labels(self, labels: Mapping[str, str]) -> list[str]:
         """Label episodes by id; returns the ids not found in the store (labelled nothing)."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------ reading
+    @abc.abstractmethod
     def summaries(self, problems: list[CorpusIssue] | None = None) -> list[RunSummary]:
         """Every recorded episode's summary, oldest first."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def episodes(self, ids: Collection[str] | None = None, *,
                  problems: list[CorpusIssue] | None = None) -> Iterator[Episode]:
         """Recorded episodes with their steps, oldest first (just `ids` when given)."""
-        raise NotImplementedError
 
     def close(self) -> None:
         return None

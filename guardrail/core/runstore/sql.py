@@ -10,6 +10,7 @@ processes may record into one store (SQLite in WAL mode on one machine, PostgreS
 
 from __future__ import annotations
 
+import abc
 import json
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -110,8 +111,9 @@ class _SqlStore(RunStore):
             raise
 
     # ------------------------------------------------------------------ dialect
+    @abc.abstractmethod
     def _connect(self, create: bool) -> Any:
-        raise NotImplementedError
+        """An open DB-API connection to `self.url` (the database created when `create`)."""
 
     def _sql(self, text: str) -> str:
         return text.replace("?", self.placeholder)
