@@ -7,12 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from guardrail.core import spans
 from guardrail.core.corpus import iter_corpus
 from guardrail.core.events import Step, StepKind, ToolEvent
 from guardrail.core.redaction import is_secret_key
 from guardrail.core.runstore.recorder import may_hold_secret, redact_content, step_record
+from tests.fuzzing import FUZZ
 from tests.hostile.spans import secret_cases
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,3 +78,24 @@ def test_a_secret_in_a_step_never_reaches_the_store(case):
                 tool_events=[ToolEvent(name="call", args=payload, result=text)])
     assert case.secret not in step_record(step)
     assert case.secret not in json.dumps(redact_content({"task": text, "nested": [{"note": text}]}))
+
+
+# Pieces of what the rules look for (secret words, assignments, flags, URL credentials, token and hex runs, letters
+# whose lowering moves offsets) and of what they do not, shuffled together.
+_FRAGMENTS = ["pass", "password", "key", "api_key", "token", "session", "sig", "contrase", "private", "Bearer ",
+              "sk-", "ghp_", "eyJ", "AKIA", "=", ":=", "=>", ": ", "\\\"", "--", "-", "-u ", "--user", "://", "@", " ",
+              "\t", "\n", "_", ".", "a1b2c3d4e5", "deadbeef9", "0123456789abcdef0123", "Tallinn", "$56/night", "İ", "ſ",
+              "K", "é", "中", "x" * 17, "9" * 12, "\"", "'", "`", "{", "}"]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=6), max_size=14).map("".join))
+@example("password=hunter2 and more")
+@example("--token abc123")
+@example("id deadbeef9 here")
+@example("u:-xpass=1")
+@example("x a1b2c3d4e5f6g7h8i9j0")
+@example("https://me:pw@host/")
+@FUZZ
+def test_a_string_the_fast_path_keeps_is_one_the_full_rules_keep(text):
+    if not may_hold_secret(text):
+        assert spans.redact_text(text) == text
