@@ -25,6 +25,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
@@ -66,6 +67,11 @@ _LINGER_S = 0.05
 _CATCH_UP_S = 1.0
 _CONTENT_KEYS = ("text", "task")
 _HOST = socket.gethostname()
+
+
+def _stamp(seconds: float) -> str:
+    """A `time.time()` reading as the store's timestamps are written (ISO 8601, UTC, milliseconds)."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
 
 
 # The recorder redacts every string it stores, on the writer thread, for every step of every agent: the full
@@ -258,12 +264,10 @@ class RunRecorder:
         return False
 
     def begin(self, ctx: EpisodeContext, *, mode: str, layers: list[str], versions: Mapping[str, str]) -> None:
+        # The header is built on the writer thread: here only what may change later is copied.
         episode = ctx.episode
-        header = RunHeader(episode_id=episode.episode_id, started_at=now(), task=episode.task,
-                           framework=episode.framework, model=episode.model, tools=list(episode.tools), mode=mode,
-                           layers=layers, versions=dict(versions), guardrail_version=version(),
-                           writer={"host": _HOST, "pid": os.getpid()}, meta=dict(episode.meta))
-        self._put(("begin", episode.episode_id, header), control=True)
+        self._put(("begin", episode.episode_id, time.time(), episode.task, episode.framework, episode.model,
+                   list(episode.tools), mode, layers, dict(versions), dict(episode.meta)), control=True)
 
     def step(self, ctx: EpisodeContext, step: Step, decision: Decision | None = None) -> None:
         self._put(("step", ctx.episode_id, step, decision))
@@ -282,7 +286,7 @@ class RunRecorder:
         behind = len(self._items) > self._catch_up_at
         waiter = _Waiter() if self.finish_timeout_s > 0 or behind else None
         self._put(("finish", episode.episode_id, decision.verdict.value, findings, episode.task,
-                   list(episode.tools), len(episode.steps), status, reason, now(), shadow, waiter), control=True,
+                   list(episode.tools), len(episode.steps), status, reason, time.time(), shadow, waiter), control=True,
                   wake=waiter is not None)
         if waiter is not None and not self._closed:
             waiter.event.wait(max(self.finish_timeout_s, _CATCH_UP_S if behind else 0.0))
@@ -389,9 +393,11 @@ class RunRecorder:
     def _op(self, item: tuple[Any, ...]) -> StoreOp | None:
         kind, episode_id = item[0], item[1]
         if kind == "begin":
-            header: RunHeader = item[2]
-            if self.redact:
-                header.task = _redact_task(header.task)
+            _, _, started_at, task, framework, model, tools, mode, layers, versions, meta = item
+            header = RunHeader(episode_id=episode_id, started_at=_stamp(started_at),
+                               task=_redact_task(task) if self.redact else task, framework=framework, model=model,
+                               tools=tools, mode=mode, layers=layers, versions=versions,
+                               guardrail_version=version(), writer={"host": _HOST, "pid": os.getpid()}, meta=meta)
             self._open[episode_id] = 0
             return Begin(header)
         if kind == "step":
@@ -413,7 +419,7 @@ class RunRecorder:
             _, _, verdict, findings, task, tools, n_steps, status, reason, finished_at, shadow, _ = item
             self._open.pop(episode_id, None)
             redact = redact_content if self.redact else None
-            outcome = RunOutcome(finished_at=finished_at, status=status, verdict=verdict,
+            outcome = RunOutcome(finished_at=_stamp(finished_at), status=status, verdict=verdict,
                                  task=_redact_task(task) if redact and task else task, tools=tools, n_steps=n_steps,
                                  findings=[finding_record(f, redact) for f in findings],
                                  steps_dropped=self._dropped_by_episode.pop(episode_id, 0), reason=reason,
@@ -473,6 +479,9 @@ def _clean(step: Step) -> bool:
     return True
 
 
+_STEP_JSON = Step.__pydantic_serializer__
+
+
 def step_record(step: Step, decision: Decision | None = None, *, redact: bool = True) -> str:
     """One step as the store keeps it: JSON, secrets masked, long strings capped, the guard's verdict and score
     of that step in ``meta["guard"]``; never larger than the store's per-step cap."""
@@ -480,7 +489,7 @@ def step_record(step: Step, decision: Decision | None = None, *, redact: bool = 
     if not redact or _clean(step):
         # The common case, all in pydantic-core: nothing to mask; the guard's note spliced in as the last key
         # (pydantic writes compact JSON ending in the object's brace, and `meta` is absent when empty).
-        text = step.model_dump_json(exclude_defaults=True)
+        text = _STEP_JSON.to_json(step, exclude_defaults=True).decode()  # model_dump_json less its wrapper: -1 us
         if judged and not step.meta:
             score = decision.score  # type: ignore[union-attr]
             shown = "null" if score is None else repr(float(score)) if math.isfinite(score) else json.dumps(str(score))

@@ -263,7 +263,6 @@ class _SqlStore(RunStore):
         return found
 
     def _write_in_order(self, cursor: Any, batch: Sequence[StoreOp]) -> None:
-        whole = self._whole_episodes(batch)
         steps: list[StepLine] = []
         decisions: list[DecisionOp] = []
         for op in batch:
@@ -273,54 +272,14 @@ class _SqlStore(RunStore):
             if isinstance(op, DecisionOp):
                 decisions.append(op)
                 continue
-            if isinstance(op, Finish) and op.episode_id in whole:
-                continue  # its row was written whole, at its start
-            self._write_rows(cursor, steps, decisions, skip_counts=whole)
-            if isinstance(op, Begin) and op.header.episode_id in whole:
-                self._write_whole(cursor, op, *whole[op.header.episode_id])
-            else:
-                self._write_one(cursor, op)
-        self._write_rows(cursor, steps, decisions, skip_counts=whole)
-
-    @staticmethod
-    def _whole_episodes(batch: Sequence[StoreOp]) -> dict[str, tuple[Finish, int, int]]:
-        """The episodes this batch holds start to end (begun, then finished, no label): episode id -> (its end,
-        its step count, its steps' bytes). Their row is written once, whole: one statement instead of an insert,
-        a count update and an end update (an 8-step episode in its own transaction: 3 statements, not 5)."""
-        begun: set[str] = set()
-        steps: dict[str, dict[int, int]] = {}
-        whole: dict[str, tuple[Finish, int, int]] = {}
-        for op in batch:
-            if isinstance(op, StepLine):
-                steps.setdefault(op.episode_id, {})[op.index] = len(op.body)
-            elif isinstance(op, Begin):
-                if op.header.episode_id in begun:
-                    return {}  # begun twice in one batch: written as it came
-                begun.add(op.header.episode_id)
-            elif isinstance(op, Finish):
-                if op.episode_id in begun and op.episode_id not in whole:
-                    sizes = steps.get(op.episode_id, {})
-                    whole[op.episode_id] = (op, len(sizes), sum(sizes.values()))
-            elif isinstance(op, Label):
-                return {}  # a label is written where it stands
-        return whole
-
-    def _write_whole(self, cursor: Any, begin: Begin, finish: Finish, n_steps: int, size: int) -> None:
-        header, outcome = begin.header, finish.outcome
-        row = (header.episode_id, header.started_at, outcome.finished_at, outcome.status, outcome.verdict,
-               header.framework, n_steps, size, header.model_dump_json(), outcome.model_dump_json())
-        insert = ("INSERT INTO guardrail_episodes (episode_id, started_at, finished_at, status, verdict, framework, "
-                  "n_steps, bytes, header, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-        if self._execute(cursor, insert + " ON CONFLICT (episode_id) DO NOTHING", row).rowcount != 1:
-            # The id was recorded before (an episode run again under its id): the new run replaces it.
-            for table in ("guardrail_steps", "guardrail_decisions", "guardrail_episodes"):
-                self._execute(cursor, f"DELETE FROM {table} WHERE episode_id = ?", (header.episode_id,))
-            self._execute(cursor, insert, row)
+            self._write_rows(cursor, steps, decisions)
+            self._write_one(cursor, op)
+        self._write_rows(cursor, steps, decisions)
 
     def _write_rows(self, cursor: Any, steps: list[StepLine], decisions: list[DecisionOp],
-                    known: set[str] | None = None, skip_counts: Collection[str] = ()) -> None:
+                    known: set[str] | None = None) -> None:
         """Steps and decisions, many rows to a statement, and the step counts of their episodes (of those in
-        `known`, when given: the episodes that exist; not of those in `skip_counts`, written whole)."""
+        `known`, when given: the episodes that exist)."""
         if steps:
             # One row per step: a step sent twice keeps its last body (PostgreSQL refuses a statement that
             # would update the same row twice).
@@ -330,12 +289,10 @@ class _SqlStore(RunStore):
                               [(op.episode_id, op.index, op.body) for op in latest])
             counts: dict[str, list[int]] = {}
             for op in latest:
-                if op.episode_id in skip_counts:
-                    continue
                 count = counts.setdefault(op.episode_id, [0, 0])
                 count[0] += 1
                 count[1] += len(op.body)
-            if known is None and counts:
+            if known is None:
                 cursor.executemany(self._sql("UPDATE guardrail_episodes SET n_steps = n_steps + ?, "
                                              "bytes = bytes + ? WHERE episode_id = ? AND status = 'running'"),
                                    [(n, size, episode_id) for episode_id, (n, size) in counts.items()])
