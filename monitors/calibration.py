@@ -79,18 +79,20 @@ class TailEvidence:
         # Mean excess of the top fifth: the exponential tail's scale (floored: a flat null must not divide by 0).
         self.tail_scale_ = max(float(np.mean(top - top[0])), 0.05 * spread, 1e-6 * (1.0 + abs(float(values[-1]))))
         self._sorted = values.tolist()
+        n = values.size
+        self._largest = self._sorted[-1]
+        self._log_beyond = math.log(n + 1)
+        # -log p for each count of maxima below the score (`evidence`'s hot path: one bisection, one lookup).
+        self._within = [min(-math.log((1 + n - below) / (n + 1)), self.MAX_EVIDENCE) for below in range(n + 1)]
 
     def evidence(self, score: float) -> float:
         """-log p for a new episode's (running) maximum `score`."""
-        n = len(self._sorted)
-        largest = self._sorted[-1]
+        largest = self._largest
         if score > largest:
-            log_p = -math.log(n + 1) - (score - largest) / self.tail_scale_
-        elif score != score:  # NaN: no evidence either way
+            return min(self._log_beyond + (score - largest) / self.tail_scale_, self.MAX_EVIDENCE)
+        if score != score:  # NaN: no evidence either way
             return 0.0
-        else:
-            log_p = math.log((1 + n - bisect.bisect_left(self._sorted, score)) / (n + 1))
-        return min(-log_p, self.MAX_EVIDENCE)
+        return self._within[bisect.bisect_left(self._sorted, score)]
 
     def evidence_left_out(self, own_maximum: float) -> float:
         """-log p of a calibration episode's own maximum with that episode left out of the null (jackknife)."""

@@ -9,13 +9,13 @@ robust-z surprise and the score is the loudest channel. Causal by construction: 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 __all__ = ["EsnCusum", "EsnCusumStream"]
-
 
 
 class EsnCusum:
@@ -205,22 +205,39 @@ class EsnCusum:
         self._build_step_map()
 
     def _build_step_map(self) -> None:
-        """Stack the readout over the block-diagonal recurrent weights: one matvec gives x-hat_{t+1} and W h_t.
+        """One matrix per step: from [u_{t-1}; x_{t-1}; x_t; 1] to [e_t; 1; p_t], everything a step needs.
 
-        The stream then folds the surprise calibration into the pooling matrix; both exist to
-        keep a step to a handful of numpy calls (the per-step budget is tens of microseconds).
+        e_t is the error of the prediction made at step t-1, already scaled by 1/sigma (the readout
+        of [h_{t-1}; x_{t-1}; 1] minus the scaled targets in x_t); p_t = W h_{t-1} + W_in x_t is the
+        reservoirs' pre-activation. The reservoir state is kept as u = h / leak, so the leaky update
+        is u_t = (1 - leak) u_{t-1} + tanh(p_t) and the leak moves into the h columns. The constant
+        row's 1 carries the channels' offsets (z-score center and kappa) through the pooling matrix.
+        `step_maps_` holds the matrix twice, x_{t-1} and x_t in swapped column blocks, so a stream
+        writes each x once, alternating blocks (the per-step budget is tens of microseconds: the
+        stream is a handful of numpy calls, one matvec).
         """
-        rn = self.n_reservoirs_ * self.n_units
-        recurrent = np.zeros((rn, self.readout_.shape[1]))
+        rn, dim, od = self.n_reservoirs_ * self.n_units, self.dim_, self.out_dim_
+        recurrent = np.zeros((rn, rn))
         for r in range(self.n_reservoirs_):
             block = slice(r * self.n_units, (r + 1) * self.n_units)
             recurrent[block, block] = self.w_[r]
-        # Predictions come out already scaled by 1/sigma, and one input matvec gives both the reservoir drive
-        # W_in x and minus the scaled targets, so the step's error is one add (no gather, no rescale).
-        self.step_map_ = np.vstack([self.readout_ * self.inv_sigma_[:, None], recurrent])
-        targets = np.zeros((self.out_dim_, self.dim_))
-        targets[np.arange(self.out_dim_), self.target_index_] = -self.inv_sigma_
-        self.in_map_ = np.vstack([self.w_in_, targets])
+        scaled = self.readout_ * self.inv_sigma_[:, None]
+        targets = np.zeros((od, dim))
+        targets[np.arange(od), self.target_index_] = -self.inv_sigma_
+        maps = []
+        for current in (0, 1):  # step_maps_[b]: x_t in block b, x_{t-1} in the other
+            previous = 1 - current
+            step = np.zeros((od + 1 + rn, rn + 2 * dim + 1))
+            blocks = [slice(rn, rn + dim), slice(rn + dim, rn + 2 * dim)]
+            step[:od, :rn] = scaled[:, :rn] * self.leak
+            step[:od, blocks[previous]] = scaled[:, rn:rn + dim]
+            step[:od, blocks[current]] = targets
+            step[:od, -1] = scaled[:, -1]
+            step[od, -1] = 1.0
+            step[od + 1:, :rn] = recurrent * self.leak
+            step[od + 1:, blocks[current]] = self.w_in_
+            maps.append(step)
+        self.step_maps_ = tuple(maps)
         self.pool_step_ = np.hstack([self.pool_ / self.q_scale_[:, None],
                                      -(self.q_center_ / self.q_scale_ + self.kappa)[:, None]])
 
@@ -316,55 +333,55 @@ class _FitData:
 
 
 class EsnCusumStream:
-    """One episode: reservoir state, the previous step's prediction, and one CUSUM per channel.
+    """One episode: reservoir state, the last two steps' x, and one CUSUM per channel.
 
-    Hot path (per-step budget): about a dozen numpy calls on arrays of a few hundred floats, all
-    members and channels batched: one matvec for the input (reservoir drive and scaled targets), one
-    for prediction and recurrence, one pooling the squared errors into the channels' CUSUM increments.
+    Hot path (per-step budget): seven numpy calls on arrays of a few hundred floats, all members
+    and channels batched (`EsnCusum._build_step_map`): write x_t, one matvec for the prediction
+    error and the reservoirs' pre-activation, square, pool into the channels' CUSUM increments,
+    tanh and the leaky update of the state.
     """
 
-    __slots__ = ("_m", "_z", "_h", "_pred", "_wh", "_cusum", "_rn", "_x", "_keep", "_leak", "_od", "_err", "_pool")
+    __slots__ = ("_m", "_z", "_u", "_slots", "_maps", "_out", "_err", "_pre", "_cusum", "_keep", "_pool", "_t")
 
     def __init__(self, model: EsnCusum) -> None:
         self._m = model
-        self._rn = model.n_reservoirs_ * model.n_units
-        self._od = model.out_dim_
-        self._z = np.zeros(self._rn + model.dim_ + 1)  # [h_t; x_t; 1], the readout's input
+        rn, dim, od = model.n_reservoirs_ * model.n_units, model.dim_, model.out_dim_
+        self._z = np.zeros(rn + 2 * dim + 1)  # [u_{t-1}; x in two alternating blocks; 1], u = h / leak
         self._z[-1] = 1.0
-        self._h = self._z[:self._rn]
-        self._x = self._z[self._rn:self._rn + model.dim_]
-        self._pred: np.ndarray | None = None  # the previous step's prediction of x_t, scaled by 1/sigma
-        self._wh = np.zeros(self._rn)
+        self._u = self._z[:rn]
+        self._slots = (self._z[rn:rn + dim], self._z[rn + dim:rn + 2 * dim])
+        self._maps = model.step_maps_
+        self._out = np.empty(od + 1 + rn)  # [e_t; 1; p_t]
+        self._err = self._out[:od + 1]
+        self._pre = self._out[od + 1:]
         self._cusum = [0.0] * len(model.channels_)  # a handful of channels: plain floats beat numpy calls
-        self._leak = model.leak
         self._keep = 1.0 - model.leak
-        self._err = np.ones(self._od + 1)  # squared errors, and a last 1 that carries -offset through the pooling
         self._pool = model.pool_step_
+        self._t = 0
 
     def update(self, x: np.ndarray) -> float:
-        m = self._m
-        drive = m.in_map_ @ x  # [W_in x; -x_t[targets] / sigma]
-        cusum = self._cusum
-        if self._pred is not None:
-            err = self._err[:self._od]
-            np.add(self._pred, drive[self._rn:], out=err)
+        t = self._t
+        self._t = t + 1
+        current = t & 1  # the block that takes x_t; the other holds x_{t-1} (zeros at t = 0)
+        self._slots[current][:] = x
+        np.dot(self._maps[current], self._z, out=self._out)
+        if t:
+            err = self._err
             np.multiply(err, err, out=err)
             # S = max(0, S + z(q) - kappa), z's center and scale (and kappa) folded into the pooling matrix.
-            for c, increment in enumerate((self._pool @ self._err).tolist()):
-                level = cusum[c] + increment
-                cusum[c] = level if level > 0.0 else 0.0
-        pre = drive[:self._rn]
-        pre += self._wh
+            self._cusum = [level if level > 0.0 else 0.0
+                           for level in map(operator.add, self._cusum, self._pool.dot(err).tolist())]
+        pre = self._pre
         np.tanh(pre, out=pre)
-        pre *= self._leak
-        h = self._h
-        h *= self._keep
-        h += pre
-        self._x[:] = x
-        out = m.step_map_ @ self._z
-        self._pred = out[:self._od]
-        self._wh = out[self._od:]
-        return max(cusum)
+        u = self._u
+        u *= self._keep
+        u += pre
+        return max(self._cusum)
+
+    def state(self) -> np.ndarray:
+        """The reservoir states h_t after the last update, shape (R, N) (as `EsnCusum._states` gives them)."""
+        m = self._m
+        return (self._u * m.leak).reshape(m.n_reservoirs_, m.n_units)
 
     def channel_scores(self) -> dict[str, float]:
         return {name: float(v) for name, v in zip(self._m.channels_, self._cusum, strict=True)}

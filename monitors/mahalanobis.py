@@ -123,29 +123,33 @@ class Mahalanobis:
 
 
 class MahalanobisStream:
-    """Hot path: one centred vector and one matvec per step (a few microseconds)."""
+    """Hot path: one centred vector, written into a buffer, and one matvec per step (a few microseconds)."""
 
-    __slots__ = ("_m", "_prev", "_last", "_centred")
+    __slots__ = ("_m", "_prev", "_last", "_centred", "_buffer", "_location", "_precision")
 
     def __init__(self, model: Mahalanobis) -> None:
         self._m = model
         self._prev: np.ndarray | None = None
         self._last = 0.0
         self._centred: np.ndarray | None = None
+        self._location = model.location_
+        self._precision = model.precision_
+        self._buffer = np.empty_like(model.location_, dtype=float)
 
     def update(self, x: np.ndarray) -> float:
-        m = self._m
-        if m.delta:
+        centred = self._buffer
+        if self._m.delta:
             prev, self._prev = self._prev, x
             if prev is None:
                 self._last = 0.0
                 self._centred = None
                 return 0.0
-            centred = (x - prev) - m.location_
+            np.subtract(x, prev, out=centred)
+            centred -= self._location
         else:
-            centred = x - m.location_
+            np.subtract(x, self._location, out=centred)
         self._centred = centred
-        self._last = float(centred @ (m.precision_ @ centred))
+        self._last = float(centred.dot(self._precision.dot(centred)))
         return self._last
 
     def channel_scores(self) -> dict[str, float]:

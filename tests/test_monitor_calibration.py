@@ -94,3 +94,29 @@ def test_tail_evidence_is_a_conformal_p_value_inside_the_data_and_keeps_ranking_
     # A calibration episode's own maximum, scored with itself left out of the null: as a new episode would be.
     assert tail.evidence_left_out(9.0) == pytest.approx(-np.log(1 / 10))
     assert tail.evidence_left_out(0.0) == pytest.approx(0.0)
+
+
+def _reference_evidence(sorted_maxima: list[float], tail_scale: float, score: float) -> float:
+    """TailEvidence.evidence as its docstring defines it, computed from scratch on every call."""
+    import bisect
+    import math
+
+    n = len(sorted_maxima)
+    if score > sorted_maxima[-1]:
+        log_p = -math.log(n + 1) - (score - sorted_maxima[-1]) / tail_scale
+    elif score != score:
+        return 0.0
+    else:
+        log_p = math.log((1 + n - bisect.bisect_left(sorted_maxima, score)) / (n + 1))
+    return min(-log_p, TailEvidence.MAX_EVIDENCE)
+
+
+@pytest.mark.parametrize("maxima", [[3.0], [1.0, 1.0, 1.0, 2.0], list(np.random.default_rng(0).gamma(2.0, 3.0, 57))])
+def test_tail_evidence_lookup_equals_the_p_value_computed_afresh(maxima: list[float]) -> None:
+    # The stream reads -log p from a table built at fit time: every score must get exactly the direct value.
+    tail = TailEvidence().fit(maxima)
+    ordered = sorted(maxima)
+    probes = ordered + [v + d for v in ordered for d in (-1e-9, 1e-9)] + [-np.inf, np.inf, np.nan, -5.0, 1e6]
+    probes += np.random.default_rng(1).uniform(min(ordered) - 1, max(ordered) * 3 + 1, 200).tolist()
+    for score in probes:
+        assert tail.evidence(score) == _reference_evidence(ordered, tail.tail_scale_, score), score

@@ -46,7 +46,7 @@ def test_esn_stream_matches_batch_reservoir_states(esn: EsnCusum) -> None:
     stream = esn.start()
     for t, x in enumerate(seq):
         stream.update(x)
-        assert np.allclose(stream._h.reshape(states[t].shape), states[t])
+        assert np.allclose(stream.state(), states[t])
 
 
 def test_cusum_accumulates_a_small_persistent_shift(esn: EsnCusum) -> None:
