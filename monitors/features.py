@@ -63,6 +63,9 @@ _STATUS = re.compile(r"[45](?<!\w[45])\d\d(?!\w)")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _KNUTH = np.uint32(2654435761)  # multiplicative hash constant (Knuth): spreads adjacent 3-gram codes
 _LOW3 = np.uint32(0xFFFFFF)
+_UINT32 = tuple(np.uint32(k) for k in range(32))  # shift amounts as numpy scalars
+_U4 = np.dtype("<u4")
+_BYTE_STRIDE = (1,)
 
 
 def channel_dims(e_dim: int) -> dict[str, int]:
@@ -93,13 +96,13 @@ def _hash_trigrams(text: str, e_dim: int, shift: int, cap: int, out: np.ndarray 
             return np.zeros(e_dim)
         out[:] = 0.0
         return out
-    windows = np.ndarray((n,), dtype="<u4", buffer=raw + b"\0", offset=0, strides=(1,))
-    hashed = windows & _LOW3
+    # Positional arguments and numpy scalar operands: numpy parses keywords and converts Python ints per call.
+    hashed = np.ndarray((n,), _U4, raw + b"\0", 0, _BYTE_STRIDE) & _LOW3
     hashed *= _KNUTH  # uint32 arithmetic wraps: a cheap multiplicative hash (in place: no temporaries)
-    hashed >>= shift - 1  # a Python int keeps the array's uint32 type
-    counts = np.bincount(hashed, minlength=2 * e_dim)  # the bucket's top bit is the sign
+    hashed >>= _UINT32[shift - 1]
+    counts = np.bincount(hashed, None, 2 * e_dim)  # the bucket's top bit is the sign
     vec = counts[:e_dim] - counts[e_dim:]
-    norm = math.sqrt(float(vec @ vec))
+    norm = math.sqrt(vec.dot(vec))
     if out is None:
         return vec / norm if norm > 0 else vec.astype(float)
     return np.divide(vec, norm if norm > 0 else 1.0, out=out)  # a zero vector stays zero
@@ -222,8 +225,8 @@ class Telemetry:
 class TelemetryStream:
     """One episode's featurizer: `update(step)` returns x_t; per-episode state is the calls and words seen."""
 
-    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_slices", "_dim", "_own",
-                 "_lexicon", "_seen_words")
+    __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_dim", "_own",
+                 "_lexicon", "_seen_words", "_cap", "_e_dim", "_e", "_tail", "_u", "_m", "_g", "_order")
 
     def __init__(self, telemetry: Telemetry, own: EpisodeKeys = NO_KEYS) -> None:
         self._tel = telemetry
@@ -233,42 +236,64 @@ class TelemetryStream:
         self._seen_words: set[str] = set()  # the episode's own words so far: not novel when they recur
         self._last_tool: str | None = None
         self._index = 0
-        self._slices = [(name, sl) for name, sl in telemetry.slices_.items()]
         self._dim = telemetry.dim_
         self._own = own
         self._lexicon = telemetry.lexicon_
+        self._cap = telemetry.text_cap
+        self._e_dim = telemetry.e_dim
+        # Channels come in CHANNELS order: e (an array) first when present, then u, m, g gathered as floats and
+        # written from `_tail` on with one assignment (each numpy conversion costs about a microsecond).
+        slices = telemetry.slices_
+        self._e = slices.get("e")
+        self._tail = self._e.stop if self._e is not None else 0
+        self._u, self._m, self._g = ("u" in slices), ("m" in slices), ("g" in slices)
+        # `set_channels` keeps the order it is given (a model file's, a distributed fit's): any other than
+        # CHANNELS order is gathered channel by channel, as the slices say.
+        self._order = () if list(slices) == [c for c in CHANNELS if c in slices] else tuple(slices.items())
 
     def set_task(self, task: str) -> None:
-        self._context = _words(task, self._tel.text_cap)
+        self._context = _words(task, self._cap)
         self._seen_words |= self._context
 
     def update(self, step: Step) -> np.ndarray:
-        tel = self._tel
-        cap = tel.text_cap
+        cap = self._cap
         text = step.text or ""
         if step.task and not self._context:
             self.set_task(step.task)
         x = np.empty(self._dim)
         events = step.tool_events
         # Results are capped before any work on them (untrusted, possibly megabytes); lengths use the full size.
-        result = "".join((ev.result or "")[:cap] for ev in events) if events else ""
-        # Channels come in CHANNELS order: e (an array) first when present, then u, m, g gathered as floats
-        # and written with one assignment (each numpy conversion costs about a microsecond).
-        start = 0
-        tail: list[float] = []
-        for name, sl in self._slices:
-            if name == "e":
-                _hash_trigrams(text, tel.e_dim, self._shift, cap, out=x[sl])
-                start = sl.stop
-            elif name == "u":
-                tail += self._uncertainty(step.token_logprobs)
-            elif name == "m":
-                tail += self._metadata(step, text, result)
-            else:
+        if not events:
+            result = ""
+        elif len(events) == 1:
+            result = (events[0].result or "")[:cap]
+        else:
+            result = "".join((ev.result or "")[:cap] for ev in events)
+        if self._order:
+            self._gather_in_order(step, text, result, x)
+        else:
+            if self._e is not None:
+                _hash_trigrams(text, self._e_dim, self._shift, cap, out=x[self._e])
+            tail: tuple[float, ...] = self._uncertainty(step.token_logprobs) if self._u else ()
+            if self._m:
+                tail += self._metadata(step, text)
+            if self._g:
                 tail += self._grounding(step, text, result, cap)
-        x[start:] = tail
+            x[self._tail:] = tail
         self._index += 1
         return x
+
+    def _gather_in_order(self, step: Step, text: str, result: str, x: np.ndarray) -> None:
+        cap = self._cap
+        for name, sl in self._order:
+            if name == "e":
+                _hash_trigrams(text, self._e_dim, self._shift, cap, out=x[sl])
+            elif name == "u":
+                x[sl] = self._uncertainty(step.token_logprobs)
+            elif name == "m":
+                x[sl] = self._metadata(step, text)
+            else:
+                x[sl] = self._grounding(step, text, result, cap)
 
     @staticmethod
     def _uncertainty(logprobs: list[float]) -> tuple[float, float, float, float]:
@@ -294,7 +319,8 @@ class TelemetryStream:
         kept = [max(v, -_LOGPROB_FLOOR) for v in logprobs if math.isfinite(v) and v <= 0.0]
         return TelemetryStream._uncertainty(kept) if kept else (0.0, 0.0, 0.0, 0.0)
 
-    def _metadata(self, step: Step, text: str, result: str) -> tuple[float, ...]:
+    @staticmethod
+    def _metadata(step: Step, text: str) -> tuple[float, ...]:
         events = step.tool_events
         error = step.error or any(ev.is_error for ev in events)
         return (
@@ -310,53 +336,56 @@ class TelemetryStream:
 
     def _grounding(self, step: Step, text: str, result: str, cap: int) -> tuple[float, ...]:
         events = step.tool_events
+        lexicon = self._lexicon
+        context = self._context
+        if not events:
+            text_words = _words(text, cap)
+            # On-topic: the share of this step's words the episode's task and calls already used.
+            context_relevance = len(text_words & context) / len(text_words) if text_words and context else 1.0
+            shape_surprisal, word_novelty = self._novelty(step, text_words) if lexicon is not None else (0.0, 0.0)
+            return (1.0, context_relevance, 0.0, 0.0, 0.0, 0.0, 0.0, shape_surprisal, word_novelty)
         repeated = 0.0
         same_tool = 0.0
-        arg_relevance = 1.0
         call_words: set[str] = set()
-        result_words: set[str] = set()
         novelty_args: set[str] = set()  # the call's words for novelty: entity-like tokens as their class
-        if events:
-            for ev in events:
-                args = args_text(ev.args)
-                key = ev.name + "\x00" + args
-                if key in self._seen_calls:
-                    repeated += 1.0
-                self._seen_calls.add(key)
-                if ev.name == self._last_tool:
-                    same_tool = 1.0
-                self._last_tool = ev.name
-                said = _words(args, cap)
-                call_words |= said
-                if self._lexicon is not None:
-                    plain, entities = argument_words(args, cap, said)
-                    novelty_args |= plain
-                    if len(self._seen_words) < _CONTEXT_CAP:
-                        self._seen_words |= entities  # an answer or a later result that names them is not new
-            result_words = _words(result, cap)
-            if call_words:
-                # Lexical relevance: does the result mention what was asked for (wrong documents do not)?
-                arg_relevance = len(call_words & result_words) / len(call_words)
-            text_words = result_words
-            self._context |= call_words
-        else:
-            text_words = _words(text, cap)
-        context = self._context
-        # On-topic: the share of this step's words the episode's task and calls already used.
-        context_relevance = len(text_words & context) / len(text_words) if text_words and context else 1.0
-        stripped = result.lstrip()
+        seen_calls = self._seen_calls
+        for ev in events:
+            args = args_text(ev.args)
+            key = ev.name + "\x00" + args
+            if key in seen_calls:
+                repeated += 1.0
+            seen_calls.add(key)
+            if ev.name == self._last_tool:
+                same_tool = 1.0
+            self._last_tool = ev.name
+            said = _words(args, cap)
+            call_words |= said
+            if lexicon is not None:
+                plain, entities = argument_words(args, cap, said)
+                novelty_args |= plain
+                if len(self._seen_words) < _CONTEXT_CAP:
+                    self._seen_words |= entities  # an answer or a later result that names them is not new
+        result_words = _words(result, cap)
+        # Lexical relevance: does the result mention what was asked for (wrong documents do not)?
+        arg_relevance = len(call_words & result_words) / len(call_words) if call_words else 1.0
+        context |= call_words
+        context_relevance = len(result_words & context) / len(result_words) if result_words and context else 1.0
         shape_surprisal, word_novelty = (0.0, 0.0)
-        if self._lexicon is not None:
+        if lexicon is not None:
             # The same words `monitors.novelty.step_vocabulary` gives the lexicon: what was asked and read.
-            shape_surprisal, word_novelty = self._novelty(step, novelty_args | result_words if events else text_words)
+            shape_surprisal, word_novelty = self._novelty(step, novelty_args | result_words)
+        head = result[:cap]
+        first = result[:1]
+        if first.isspace():
+            first = result.lstrip()[:1]
         return (
             arg_relevance,
             context_relevance,
             repeated,
             same_tool,
-            0.0 if not events or (_ERROR_WORDS.isdisjoint(text_words) and not _status_in(result[:cap])) else 1.0,
-            1.0 if stripped[:1] in ("{", "[") else 0.0,
-            math.log1p(len(_NUMBER.findall(result[:cap]))),
+            0.0 if _ERROR_WORDS.isdisjoint(result_words) and not _status_in(head) else 1.0,
+            1.0 if first in ("{", "[") else 0.0,
+            math.log1p(len(_NUMBER.findall(head))),
             shape_surprisal,
             word_novelty,
         )

@@ -84,11 +84,31 @@ def entity_class(token: str) -> str | None:
     (a letter and a digit: ``SKU-1003``, ``item-3``, ``12kg``, ``v2``) their shape, as result shapes
     generalize digits (``a-9``, ``9a``, ``a9``). A deployment's next city, customer or SKU is then one more
     member of a class its healthy runs already used, not a new word.
+
+    Hot path (a tool call's arguments hold a few of these per step): an ASCII token is classified by
+    C-level string methods on its `_SHAPE_CLASSES` translation, which maps exactly its digits to 9 and
+    its letters to a; any other token takes the character-by-character tests (`_unicode_entity_class`),
+    whose Unicode digits, letters and cases the translation does not cover.
     """
+    if not token.isascii():
+        return _unicode_entity_class(token)
+    classes = token.translate(_SHAPE_CLASSES)
+    if "9" in classes:
+        if "a" not in classes:
+            return None  # a bare number: never a word (the word pattern starts with a letter)
+        return ENTITY_MARK + _LETTER_RUN.sub("a", _DIGIT_RUN.sub("9", classes))[:SHAPE_CAP]
+    if token[0].isupper():
+        # ASCII: a cased token that is not all upper case holds a lower-case letter.
+        return ENTITY_MARK + ("A" if token.isupper() else "Aa")
+    return None
+
+
+def _unicode_entity_class(token: str) -> str | None:
+    """`entity_class` of a token with a non-ASCII character (the reference definition, character by character)."""
     has_digit = any(c.isdigit() for c in token)
     if has_digit:
         if not any(c.isalpha() for c in token):
-            return None  # a bare number: never a word (the word pattern starts with a letter)
+            return None
         shape = _LETTER_RUN.sub("a", _DIGIT_RUN.sub("9", token.translate(_SHAPE_CLASSES)))
         return ENTITY_MARK + shape[:SHAPE_CAP]
     if token[0].isupper():
@@ -107,19 +127,25 @@ def argument_words(text: str, cap: int, words: set[str] | None = None) -> tuple[
     Hot path: one C-level scan finds the candidate tokens; Python touches only those.
     """
     head = text[:cap]
-    plain = set(_WORD.findall(head.lower())) if words is None else set(words)
-    entities: set[str] = set()
+    if words is None:
+        words = set(_WORD.findall(head.lower()))
+    kinds: set[str] = set()
+    named = []
     for token in _ENTITY_TOKEN.findall(head):
         kind = entity_class(token)
         if kind is not None:
-            plain.add(kind)
-            entities.update(_WORD.findall(token.lower()))
-    return plain - entities, entities
+            kinds.add(kind)
+            named.append(token)
+    if not named:
+        return set(words), set()
+    # One scan for every entity token's own words: a space matches no word, so none spans two tokens.
+    entities = set(_WORD.findall(" ".join(named).lower()))
+    return (words | kinds) - entities, entities
 
 
 def args_text(args: Any) -> str:
     if isinstance(args, dict):
-        return " ".join(str(v) for v in args.values())
+        return " ".join(map(str, args.values()))
     return str(args)
 
 

@@ -244,3 +244,52 @@ def test_argument_words_are_bounded_on_hostile_arguments() -> None:
     words, entities = argument_words(huge, 1024)
     assert len(words) <= 2 and len(entities) <= 2  # only the capped head is read, as one shape class
     assert argument_words("\x00\ud800 ⁂ ²³ Ωmega", 1024)[0] <= {"\x01Aa", "\x01a", "mega"} | {"ωmega"}
+
+
+def _reference_entity_class(token: str) -> str | None:
+    """`entity_class` character by character, as first written (the ASCII fast path must agree with it)."""
+    import re
+
+    from monitors.novelty import _SHAPE_CLASSES, ENTITY_MARK
+
+    if any(c.isdigit() for c in token):
+        if not any(c.isalpha() for c in token):
+            return None
+        return ENTITY_MARK + re.sub("a+", "a", re.sub("9+", "9", token.translate(_SHAPE_CLASSES)))[:64]
+    if token[0].isupper():
+        return ENTITY_MARK + ("Aa" if any(c.islower() for c in token) else "A")
+    return None
+
+
+_TOKEN_CHARS = "aZk9Q0_.-" + "éÉǅΣς²٣ⅫK"  # ASCII letters, digits, joiners; then Unicode cases, digits, numerals
+
+
+@given(st.text(alphabet=_TOKEN_CHARS, min_size=1, max_size=12))
+def test_entity_class_equals_its_character_by_character_definition(token: str) -> None:
+    assert entity_class(token) == _reference_entity_class(token)
+
+
+@given(st.lists(st.text(alphabet=_TOKEN_CHARS + " ,:", max_size=10), max_size=8).map(" ".join))
+def test_argument_words_equal_a_token_by_token_reading(text: str) -> None:
+    import re
+
+    from monitors.novelty import _ENTITY_TOKEN, _WORD
+
+    plain, entities = set(_WORD.findall(text.lower())), set()
+    for token in _ENTITY_TOKEN.findall(text):
+        kind = _reference_entity_class(token)
+        if kind is not None:
+            plain.add(kind)
+            entities.update(re.findall(r"[a-z][a-z0-9]{2,}", token.lower()))
+    assert argument_words(text, 1024) == (plain - entities, entities)
+
+
+def test_channels_in_any_order_are_gathered_where_their_slices_say() -> None:
+    episodes = [_episode(i, logprobs=True) for i in range(4)]
+    telemetry = Telemetry().fit(episodes)
+    canonical = telemetry.transform(episodes[1])
+    shuffled = Telemetry().fit(episodes)
+    shuffled.set_channels(("g", "m", "e", "u"))  # as a model file or a distributed fit may list them
+    features = shuffled.transform(episodes[1])
+    for name in ("e", "u", "m", "g"):
+        assert np.array_equal(features[:, shuffled.slices_[name]], canonical[:, telemetry.slices_[name]]), name
