@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,20 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "user-cache"
     monkeypatch.setenv("GUARDRAIL_CACHE_DIR", str(directory))
     return directory
+
+
+def _warmed_again(project: Path, cache_dir: Path, pattern: str, content: str,
+                  memory: dict[Any, Any]) -> tuple[Gate, dict[str, Any]]:
+    """A gate warmed after the kept file matching `pattern` was overwritten with `content` (and `memory`, what
+    the process had learned, forgotten)."""
+    Gate(project).wait_warm(60)
+    (kept,) = cache_dir.glob(pattern)
+    kept.write_text(content)
+    memory.clear()
+    gate = Gate(project)
+    warmed = gate.wait_warm(60)
+    assert warmed is not None
+    return gate, warmed
 
 
 def _second_process(project: Path, cache_dir: Path) -> dict[str, object]:
@@ -82,13 +97,8 @@ def test_nothing_is_kept_under_the_workspace(project: Path, monkeypatch: pytest.
     "[" * 100_000 + "]" * 100_000,
 ])
 def test_a_bad_cache_file_is_ignored(project: Path, cache_dir: Path, content: str) -> None:
-    Gate(project).wait_warm(60)
-    (cache_file,) = cache_dir.glob("symbols-v1-*.json")
-    cache_file.write_text(content)
-    index_module._SYMBOLS.clear()
-    gate = Gate(project)
-    warmed = gate.wait_warm(60)
-    assert warmed is not None and "error" not in warmed
+    gate, warmed = _warmed_again(project, cache_dir, "symbols-v1-*.json", content, index_module._SYMBOLS)
+    assert "error" not in warmed
     assert gate.check({"kind": "python", "code": "from pkg.core import Nope"}).hallucinated
 
 
@@ -122,3 +132,56 @@ def test_the_stdlib_lookup_keeps_the_decisions_deadline(project: Path, monkeypat
     assert time.perf_counter() - started < 2.0
     assert not report.hallucinated and report.budget_exceeded
     assert "errno" not in index_module._STDLIB_NAMES  # out of time is not an answer: asked again next time
+
+
+def test_the_warm_up_learns_every_standard_module_so_no_decision_starts_a_child(
+        project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first standard-module lookup used to start a child inside the decision (on a loaded machine, past its
+    deadline); the warm-up now learns them all ahead, so decisions about any standard module start none."""
+    index_module._STDLIB_NAMES.clear()
+    gate = Gate(project)
+    warmed = gate.wait_warm(60)
+    assert warmed is not None and warmed["stdlib_modules"] > 200
+
+    def no_child(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a decision started a child process")
+
+    monkeypatch.setattr(index_module.subprocess, "run", no_child)
+    for code, hallucinated in (("import socket\nprint(socket.AF_INET7)", True), ("import socket\nsocket.AF_INET", False),
+                               ("from errno import ENOPE_ZZ", True), ("import xml.etree.ElementTree", False)):
+        report = gate.check({"kind": "python", "code": code})
+        assert report.hallucinated is hallucinated and not report.budget_exceeded, code
+
+
+@pytest.mark.parametrize("module", ["xml", "collections", "email", "socket", "os", "builtins", "importlib"])
+def test_the_names_learned_ahead_are_those_a_lookup_of_the_module_alone_finds(module: str) -> None:
+    """Learned together, each module is still imported alone: a package does not gain the submodules other
+    modules imported (`xml.etree` is no attribute of a bare `import xml`)."""
+    version, stdlib = sys.version_info[:2], frozenset(sys.stdlib_module_names)
+    index_module._STDLIB_NAMES.clear()
+    assert len(index_module.prefetch_stdlib_names(["xml.etree.ElementTree", "plistlib", module], version, stdlib)) >= 2
+    together = index_module._STDLIB_NAMES[module]
+    index_module._STDLIB_NAMES.clear()
+    assert index_module.stdlib_names(module, version, stdlib) == together
+    if module == "xml":
+        assert together is not None and "etree" not in together
+
+
+def test_a_second_process_reads_the_standard_modules_it_kept(project: Path, cache_dir: Path) -> None:
+    index_module._STDLIB_NAMES.clear()
+    Gate(project).wait_warm(60)
+    (kept,) = cache_dir.glob("stdlib-v1-*.json")
+    written = kept.stat().st_mtime_ns
+    second = _second_process(project, cache_dir)
+    assert int(second["stdlib_modules"]) > 200  # type: ignore[call-overload]
+    assert kept.stat().st_mtime_ns == written  # nothing new to learn: no child, nothing rewritten
+
+
+@pytest.mark.parametrize("content", ['{"version": 1, "modules": {"socket": [1, 2], "errno": "ENOENT", "7": null}}',
+                                     '{"version": 1, "modules": []}', "[", '{"version": 99, "modules": {}}'])
+def test_a_bad_standard_module_file_is_ignored(project: Path, cache_dir: Path, content: str) -> None:
+    index_module._STDLIB_NAMES.clear()
+    gate, warmed = _warmed_again(project, cache_dir, "stdlib-v1-*.json", content, index_module._STDLIB_NAMES)
+    assert int(warmed["stdlib_modules"]) > 200
+    assert gate.check({"kind": "python", "code": "import socket\nprint(socket.AF_INET7)"}).hallucinated
+    assert not gate.check({"kind": "python", "code": "import errno\nprint(errno.ENOENT)"}).hallucinated

@@ -35,6 +35,9 @@ from guardrail.gate.view import FsView, local_view
 __all__ = [
     "ClassInfo",
     "absolute_module",
+    "known_stdlib_names",
+    "prefetch_stdlib_names",
+    "remember_stdlib_names",
     "stdlib_names",
     "ModuleIndex",
     "ModuleInfo",
@@ -859,6 +862,86 @@ def stdlib_names(module: str, target_version: tuple[int, ...], stdlib: frozenset
     with _STDLIB_LOCK:
         _STDLIB_NAMES[module] = names
     return names
+
+
+# Every module's names at once, for the warm-up: one child that forks a fresh copy of itself per module, so each
+# module is imported alone, exactly as `_DIR_QUERY` does (importing them all in one process would leave packages
+# holding submodules other modules imported). A module printing on import prints into /dev/null.
+_DIR_QUERY_MANY = """
+import importlib, json, os, signal, sys
+out = {}
+for name in sys.argv[1:]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        signal.alarm(5)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        try:
+            data = json.dumps(dir(importlib.import_module(name))).encode()
+        except BaseException:
+            data = b"null"
+        with os.fdopen(w, "wb") as pipe:
+            pipe.write(data)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status == 0 and data:
+        out[name] = json.loads(data)
+sys.stdout.write(json.dumps(out))
+"""
+MAX_PREFETCH_MODULES = 600
+
+
+def prefetch_stdlib_names(modules: list[str], target_version: tuple[int, ...], stdlib: frozenset[str], *,
+                          timeout_s: float = 30.0) -> dict[str, list[str] | None]:
+    """Learn the run-time names of standard `modules` (every top-level standard module when empty) in one child,
+    ahead of any decision: what `stdlib_names` would learn one child at a time, inside a decision's deadline.
+    Only answers are kept (a module whose child died is asked again when a decision needs it); returns them."""
+    if tuple(target_version[:2]) != sys.version_info[:2]:
+        return {}
+    wanted = modules or sorted(getattr(sys, "stdlib_module_names", ()))
+    todo = sorted({m for m in wanted if m.partition(".")[0] in stdlib and m.partition(".")[0] not in _NEVER_IMPORT
+                   and m not in _STDLIB_NAMES and all(part.isidentifier() for part in m.split("."))})
+    todo = todo[:MAX_PREFETCH_MODULES]
+    if not todo or not hasattr(os, "fork"):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="guardrail-stdlib-") as neutral:
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _DIR_QUERY_MANY, *todo], cwd=neutral,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s,
+                                  env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
+            found = json.loads(proc.stdout) if proc.returncode == 0 else {}
+        except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+            return {}
+    learned = {m: found[m] for m in todo if isinstance(found, dict) and m in found}
+    return remember_stdlib_names(learned)
+
+
+def known_stdlib_names() -> dict[str, list[str] | None]:
+    """Every standard module's names known to this process (what `remember_stdlib_names` takes back)."""
+    with _STDLIB_LOCK:
+        return {module: None if names is None else sorted(names) for module, names in _STDLIB_NAMES.items()}
+
+
+def remember_stdlib_names(table: dict[str, object]) -> dict[str, list[str] | None]:
+    """Take standard modules' names learned before (a list of names, or None: the import fails); what was
+    well-formed and new is kept and returned, anything else skipped."""
+    kept: dict[str, list[str] | None] = {}
+    with _STDLIB_LOCK:
+        for module, names in table.items():
+            if not isinstance(module, str) or module in _STDLIB_NAMES or len(_STDLIB_NAMES) >= 4 * MAX_PREFETCH_MODULES:
+                continue
+            if names is None:
+                _STDLIB_NAMES[module] = kept[module] = None
+            elif isinstance(names, list) and len(names) <= 100_000 and all(isinstance(n, str) for n in names):
+                _STDLIB_NAMES[module] = frozenset(names)
+                kept[module] = names
+    return kept
 
 
 def absolute_module(module: str, level: int, package: str) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -125,6 +126,53 @@ class SymbolCache:
         return len(entries)
 
 
+def _stdlib_cache_file(fs: FsView) -> Path | None:
+    """Where this interpreter's standard-module names are kept: one file per interpreter build and stdlib, never
+    under the workspace roots (as the symbol tables)."""
+    directory = cache_directory()
+    if directory is None:
+        return None
+    resolved = os.path.realpath(directory)
+    if any(resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep) for root in fs.workspace_roots()):
+        return None
+    stdlib_dir = os.path.dirname(os.__file__)
+    try:
+        stamp = os.stat(stdlib_dir).st_mtime_ns
+    except OSError:
+        return None
+    key = f"{os.path.realpath(sys.executable)}\0{sys.version}\0{stdlib_dir}\0{stamp}"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return Path(resolved) / f"stdlib-v{CACHE_VERSION}-{digest}.json"
+
+
+def _learn_stdlib(version: tuple[int, ...], stdlib: frozenset[str], fs: FsView) -> int:
+    """Every standard module's run-time names: from the kept file when this interpreter wrote one, else learned
+    in a child and kept (a second process, `guardrail check` run in a loop, starts none). How many are known."""
+    from guardrail.core.fileio import atomic_write_text
+    from guardrail.gate.index import known_stdlib_names, prefetch_stdlib_names, remember_stdlib_names
+
+    path = _stdlib_cache_file(fs)
+    known = 0
+    if path is not None:
+        try:
+            if path.stat().st_size <= 16 * 1024 * 1024:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(raw, dict) and raw.get("version") == CACHE_VERSION and isinstance(raw.get("modules"),
+                                                                                                  dict):
+                    known = len(remember_stdlib_names(raw["modules"]))
+        except (OSError, ValueError, RecursionError):
+            pass  # a missing or bad file: learned again
+    learned = prefetch_stdlib_names([], version, stdlib)
+    if learned and path is not None and tuple(version[:2]) == sys.version_info[:2]:
+        with _LOCK:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(path, json.dumps({"version": CACHE_VERSION, "modules": known_stdlib_names()}))
+            except OSError:
+                pass
+    return known + len(learned)
+
+
 def warm_workspace(workspace: str, fs: FsView, index: ModuleIndex | None, *, cache: SymbolCache | None = None,
                    stop: threading.Event | None = None) -> dict[str, Any]:
     """Parse the workspace's Python files (tests too) and the modules they import, ahead of any decision; keep them
@@ -141,6 +189,15 @@ def _warm(workspace: str, fs: FsView, index: ModuleIndex | None, cache: SymbolCa
     cache = cache or SymbolCache(workspace, fs)
     loaded = cache.load()
     done: list[str] = []
+    learned: list[int] = []
+    stdlib_thread = None
+    if index is not None:
+        # The standard modules' run-time names, learned in a child process meanwhile (it holds no GIL of ours):
+        # else the first decision naming one (`socket.AF_INET7`) starts a child on its own clock.
+        target = index.target
+        stdlib_thread = threading.Thread(target=lambda: learned.append(_learn_stdlib(target.version, target.stdlib, fs)),
+                                         name="guardrail-gate-stdlib", daemon=True)
+        stdlib_thread.start()
     with budget.within(None):  # no decision in progress: nothing here is on any decision's clock
         files = [os.path.join(workspace, relative) for relative in fs.walk(workspace, limit=MAX_WARM_FILES * 4,
                                                                            skip=_SKIP_DIRS)
@@ -169,6 +226,18 @@ def _warm(workspace: str, fs: FsView, index: ModuleIndex | None, cache: SymbolCa
                         done.append(info.path)
                 except (BudgetExceeded, OSError):
                     continue
+            for name in sorted(imported - index.target.stdlib):
+                # What importing a third-party package loads (`np.loadtxt` follows numpy's import closure):
+                # parsed now, so a decision finds the closure's files in the symbol cache.
+                if stop is not None and stop.is_set() or time.monotonic() - started > MAX_WARM_S:
+                    break
+                try:
+                    if index.find(name, ()).status == "found":
+                        index.closure([name], (), within=name)
+                except (BudgetExceeded, OSError):
+                    continue
+    if stdlib_thread is not None:
+        stdlib_thread.join(max(0.0, MAX_WARM_S - (time.monotonic() - started)))
     saved = cache.save(done)
     return {"loaded": loaded, "parsed": len(done), "saved": saved, "seconds": round(time.monotonic() - started, 3),
-            "cache": str(cache.path) if cache.path else cache.refused}
+            "stdlib_modules": learned[0] if learned else 0, "cache": str(cache.path) if cache.path else cache.refused}
