@@ -13,32 +13,20 @@ from typing import Any
 Move = Callable[[str, list[tuple[str, str]]], dict[str, Any]]
 
 
-def scripted_client(move: Move) -> Any:
-    """An AutoGen `ChatCompletionClient` whose every reply is `move`'s decision (imported only when AutoGen is)."""
-    from autogen_core import FunctionCall
-    from autogen_core.models import (
-        ChatCompletionClient,
-        CreateResult,
-        FunctionExecutionResultMessage,
-        ModelFamily,
-        RequestUsage,
-        UserMessage,
-    )
+def scripted_client_class() -> Any:
+    """`ScriptedChatClient`: an AutoGen `ChatCompletionClient` whose subclasses only write `reply(messages)` (the
+    usage, token counts, model info and a stream of one are shared; imported only when AutoGen is)."""
+    from autogen_core.models import ChatCompletionClient, CreateResult, ModelFamily, RequestUsage
 
-    class ScriptedClient(ChatCompletionClient):
+    class ScriptedChatClient(ChatCompletionClient):
+        model_info_ = {"vision": False, "function_calling": True, "json_output": False,
+                       "family": ModelFamily.UNKNOWN, "structured_output": False}
+
+        def reply(self, messages: Sequence[Any]) -> CreateResult:
+            raise NotImplementedError  # each scripted client says what its model answers
+
         async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
-            task = next(m.content for m in messages if isinstance(m, UserMessage))
-            names = {call.id: call.name for m in messages for call in (getattr(m, "content", None) or [])
-                     if isinstance(call, FunctionCall)}
-            results = [(names.get(r.call_id, r.name), r.content) for m in messages
-                       if isinstance(m, FunctionExecutionResultMessage) for r in m.content]
-            decided = move(task, results)
-            usage = RequestUsage(prompt_tokens=10, completion_tokens=5)
-            if "answer" in decided:
-                return CreateResult(finish_reason="stop", content=decided["answer"], usage=usage, cached=False)
-            return CreateResult(finish_reason="function_calls", usage=usage, cached=False,
-                                content=[FunctionCall(id=f"call_{len(results)}", name=decided["name"],
-                                                      arguments=json.dumps(decided["args"]))])
+            return self.reply(messages)
 
         async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:
             # A stream of one: the whole reply as its final result (an agent with model_client_stream=True).
@@ -60,11 +48,33 @@ def scripted_client(move: Move) -> Any:
 
         @property
         def capabilities(self) -> Any:
-            return self.model_info
+            return self.model_info_
 
         @property
         def model_info(self) -> Any:
-            return {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
-                    "structured_output": False}
+            return self.model_info_
+
+    return ScriptedChatClient
+
+
+def scripted_client(move: Move) -> Any:
+    """An AutoGen `ChatCompletionClient` whose every reply is `move`'s decision (imported only when AutoGen is)."""
+    from autogen_core import FunctionCall
+    from autogen_core.models import CreateResult, FunctionExecutionResultMessage, RequestUsage, UserMessage
+
+    class ScriptedClient(scripted_client_class()):  # type: ignore[misc]
+        def reply(self, messages: Sequence[Any]) -> CreateResult:
+            task = next(m.content for m in messages if isinstance(m, UserMessage))
+            names = {call.id: call.name for m in messages for call in (getattr(m, "content", None) or [])
+                     if isinstance(call, FunctionCall)}
+            results = [(names.get(r.call_id, r.name), r.content) for m in messages
+                       if isinstance(m, FunctionExecutionResultMessage) for r in m.content]
+            decided = move(task, results)
+            usage = RequestUsage(prompt_tokens=10, completion_tokens=5)
+            if "answer" in decided:
+                return CreateResult(finish_reason="stop", content=decided["answer"], usage=usage, cached=False)
+            return CreateResult(finish_reason="function_calls", usage=usage, cached=False,
+                                content=[FunctionCall(id=f"call_{len(results)}", name=decided["name"],
+                                                      arguments=json.dumps(decided["args"]))])
 
     return ScriptedClient()

@@ -28,7 +28,6 @@ from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
     FunctionExecutionResultMessage,
-    ModelFamily,
     RequestUsage,
     UserMessage,
 )
@@ -47,6 +46,7 @@ from guardrail.core.events import Episode, Finding, Severity, Step, StepKind
 from guardrail.core.guard import GuardError
 from guardrail.core.layer import EpisodeContext, Layer
 from monitors.monitor import StepMonitor
+from tests.scripted_clients import scripted_client_class
 
 ITEMS = ["SKU-1001", "SKU-1002", "SKU-1003", "SKU-1004", "SKU-1005", "SKU-1006", "SKU-1007", "SKU-1008"]
 TOPICS = {  # the shop's notes: their forms vary (words, figures, a list), so a new form alone is no surprise
@@ -177,18 +177,14 @@ def langgraph_agent(guard: Guard, *, follows_hints: bool = True) -> Any:
 
 
 # ----------------------------------------------------------------------------- AutoGen
-MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False, "family": ModelFamily.UNKNOWN,
-              "structured_output": False}
-
-
-class ShopChatClient(ChatCompletionClient):
+class ShopChatClient(scripted_client_class()):  # type: ignore[misc]
     """A scripted AutoGen model client following `decide`."""
 
     def __init__(self, follows_hints: bool = True) -> None:
         self.follows_hints = follows_hints
         self.calls = 0
 
-    async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
+    def reply(self, messages: Sequence[Any]) -> CreateResult:
         self.calls += 1
         users = [m for m in messages if isinstance(m, UserMessage) and isinstance(m.content, str)]
         seen = Seen(task=users[0].content if users else "", hinted=len(users) > 1)
@@ -203,32 +199,6 @@ class ShopChatClient(ChatCompletionClient):
             return CreateResult(finish_reason="stop", content=choice, usage=usage, cached=False)
         call = FunctionCall(id=f"call-{self.calls}", name=choice[0], arguments=json.dumps(choice[1]))
         return CreateResult(finish_reason="function_calls", content=[call], usage=usage, cached=False)
-
-    async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:  # type: ignore[override]
-        yield await self.create(messages, **kwargs)
-
-    async def close(self) -> None:
-        return None
-
-    def actual_usage(self) -> RequestUsage:
-        return RequestUsage(prompt_tokens=0, completion_tokens=0)
-
-    def total_usage(self) -> RequestUsage:
-        return RequestUsage(prompt_tokens=0, completion_tokens=0)
-
-    def count_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-        return 0
-
-    def remaining_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-        return 100_000
-
-    @property
-    def capabilities(self) -> Any:
-        return MODEL_INFO
-
-    @property
-    def model_info(self) -> Any:
-        return MODEL_INFO
 
 
 def autogen_tools() -> list[FunctionTool]:
