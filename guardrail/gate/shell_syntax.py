@@ -70,17 +70,37 @@ def walk_named(node: Node) -> Iterator[Node]:
 
 
 # --------------------------------------------------------------------------------------------- brace expansion
+def _unquoted(word: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """The unquoted characters of a marked word from `start`, with their offsets (a `QUOTE` hides the next one)."""
+    i = start
+    while i < len(word):
+        ch = word[i]
+        if ch == QUOTE:
+            i += 2
+            continue
+        yield i, ch
+        i += 1
+
+
+def _closing(word: str, start: int) -> int | None:
+    """The offset of the unquoted ``}`` closing the ``{`` at `start`, or None when it is never closed."""
+    depth = 0
+    for i, ch in _unquoted(word, start):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
 def _split_top(body: str) -> list[str] | None:
     """The comma-separated alternatives of a brace body at nesting level 0 (None: fewer than two)."""
     parts: list[str] = []
     depth = 0
     start = 0
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch == QUOTE:
-            i += 2
-            continue
+    for i, ch in _unquoted(body):
         if ch == "{":
             depth += 1
         elif ch == "}":
@@ -88,7 +108,6 @@ def _split_top(body: str) -> list[str] | None:
         elif ch == "," and depth == 0:
             parts.append(body[start:i])
             start = i + 1
-        i += 1
     parts.append(body[start:])
     return parts if len(parts) > 1 else None
 
@@ -114,61 +133,32 @@ def _sequence(body: str) -> list[str] | None:
 def brace_expand(word: str) -> list[str] | None:
     """Bash's brace expansion of a marked word (quoted characters behind `QUOTE`), or None when it makes more than
     `MAX_BRACE_WORDS` words. A word without an unquoted ``{...,...}`` or ``{a..b}`` is returned as it is."""
-    i = 0
-    while i < len(word):
-        ch = word[i]
-        if ch == QUOTE:
-            i += 2
+    for i, ch in _unquoted(word):
+        if ch != "{" or (i and word[i - 1] == "$"):
             continue
-        if ch == "{" and not (i and word[i - 1] == "$"):
-            depth = 0
-            j = i
-            while j < len(word):
-                if word[j] == QUOTE:
-                    j += 2
-                    continue
-                if word[j] == "{":
-                    depth += 1
-                elif word[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            if j >= len(word):
-                return [word]
-            body = word[i + 1:j]
-            alternatives = _split_top(body) or _sequence(body)
-            if alternatives is None:
-                i += 1
-                continue
-            prefix, suffix = word[:i], word[j + 1:]
-            out: list[str] = []
-            for alternative in alternatives:
-                expanded = brace_expand(prefix + alternative + suffix)
-                if expanded is None:
-                    return None
-                out.extend(expanded)
-                if len(out) > MAX_BRACE_WORDS:
-                    return None
-            return out
-        i += 1
+        j = _closing(word, i)
+        if j is None:
+            return [word]
+        body = word[i + 1:j]
+        alternatives = _split_top(body) or _sequence(body)
+        if alternatives is None:
+            continue
+        prefix, suffix = word[:i], word[j + 1:]
+        out: list[str] = []
+        for alternative in alternatives:
+            expanded = brace_expand(prefix + alternative + suffix)
+            if expanded is None:
+                return None
+            out.extend(expanded)
+            if len(out) > MAX_BRACE_WORDS:
+                return None
+        return out
     return [word]
 
 
 def has_glob(word: str) -> bool:
     """Whether a marked word has an unquoted glob character (bash would match it against file names)."""
-    i = 0
-    while i < len(word):
-        ch = word[i]
-        if ch == QUOTE:
-            i += 2
-            continue
-        if ch in "*?":
-            return True
-        if ch == "[" and "]" in word[i + 1:]:
-            return True
-        i += 1
-    return False
+    return any(ch in "*?" or (ch == "[" and "]" in word[i + 1:]) for i, ch in _unquoted(word))
 
 
 def unmark(word: str) -> str:
