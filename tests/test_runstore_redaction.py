@@ -99,3 +99,15 @@ _FRAGMENTS = ["pass", "password", "key", "api_key", "token", "session", "sig", "
 def test_a_string_the_fast_path_keeps_is_one_the_full_rules_keep(text):
     if not may_hold_secret(text):
         assert spans.redact_text(text) == text
+
+
+def test_a_token_prefix_is_seen_even_inside_a_secret_word() -> None:
+    """Every string with a token prefix or key block takes the full rules, also where a named word runs into it
+    ("authf_..." holds "hf_" inside "auth"): a search whose matches cannot overlap would miss those."""
+    from guardrail.core.runstore.recorder import _NAMED, _STRONG
+
+    for strong in _STRONG:
+        for word in _NAMED:
+            for cut in range(len(word)):
+                text = f"x {word[:len(word) - cut]}{strong}abc"
+                assert may_hold_secret(text), text

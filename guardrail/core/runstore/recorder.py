@@ -94,11 +94,12 @@ _DIGIT = re.compile(r"[0-9]")
 _LETTER = re.compile(r"[A-Za-z]")
 
 
-# One pass over the lowered text finds every literal of both lists (longest first, so a strong prefix is never
-# hidden behind a named word it starts with); the named words' context is then matched where they stand, not
-# searched for through the whole text (that search took ~180 us on a 1 kB tool result, the anchored matches ~1).
-_LITERAL = re.compile("|".join(map(re.escape, sorted(_STRONG + _NAMED, key=len, reverse=True))))
-_STRONG_SET = frozenset(_STRONG)
+# The strong prefixes are searched for on their own (one pass over the lowered text); the named words are found in
+# a second pass and their context matched where they stand, not searched for through the whole text (that search
+# took ~180 us on a 1 kB tool result, the anchored matches ~1). One pass for both lists would not do: its
+# matches do not overlap, so a named word could hide a strong prefix that starts inside it ("authf_...").
+_STRONG_WORD = re.compile("|".join(map(re.escape, _STRONG)))
+_NAMED_WORD = re.compile("|".join(map(re.escape, _NAMED)))
 _NAMED_THEN_ASSIGNMENT = re.compile(_NAMED_IN_CONTEXT.pattern.split("|--?")[0], re.IGNORECASE)
 # Runs of token characters, found with bytes.translate (C, ~1 ns a byte) instead of a regex trying every position:
 # a hex run of 9 lies inside a token run of 9 or more (hex characters are token characters), and only texts with a
@@ -131,11 +132,9 @@ def _named_in_context(text: str, lowered: str, starts: list[int]) -> bool:
 def may_hold_secret(text: str) -> bool:
     """False only for a string the redaction rules would leave unchanged (see the comment above)."""
     lowered = text.lower()
-    starts: list[int] = []
-    for found in _LITERAL.finditer(lowered):
-        if found.group() in _STRONG_SET:
-            return True
-        starts.append(found.start())
+    if _STRONG_WORD.search(lowered) is not None:
+        return True
+    starts = [found.start() for found in _NAMED_WORD.finditer(lowered)]
     if starts and _named_in_context(text, lowered, starts):
         return True
     if ("@" in text or "-u" in text) and _URL_CREDENTIALS.search(text):
