@@ -88,6 +88,7 @@ _FRAGMENTS = ["pass", "password", "key", "api_key", "token", "session", "sig", "
               "K", "é", "中", "x" * 17, "9" * 12, "\"", "'", "`", "{", "}"]
 
 
+@pytest.mark.fuzz
 @given(st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=6), max_size=14).map("".join))
 @example("password=hunter2 and more")
 @example("--token abc123")
