@@ -36,7 +36,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_SCAN_CHARS", "REDACTED", "is_secret_key", "redact_text", "redact_value"]
+__all__ = ["MAX_DEPTH", "MAX_SCAN_CHARS", "REDACTED", "SECRET_KEY_WORDS", "is_secret_key", "redact_text",
+           "redact_value"]
 
 REDACTED = "[REDACTED]"
 MAX_DEPTH = 32  # containers and JSON-in-strings together; deeper is masked whole
@@ -146,6 +147,7 @@ def _maskable(value: Any, strength: int) -> bool:
 
 # ------------------------------------------------------------------ text rules (ours)
 _KEY_HINT = re.compile(r"pass|pwd|secret|token|key|cred|auth|cookie|dsn|sig|bearer|jwt|contras", re.IGNORECASE)
+SECRET_KEY_WORDS = tuple(_KEY_HINT.pattern.split("|"))  # what names a secret in a text's key, flag or element
 _KEY_CHARS = re.compile(r"[\w.-]*")
 # After a key: an optional closing quote (escaped too) or ``[]``, then ``:``, ``=``, ``:=``, ``=>``, ``==``, ``!=``.
 _ASSIGN_OP = re.compile(r"""(?:\\?["'])?(?:\[\])?[ \t]*(?::=|=>|===?|!==?|[:=])[ \t]*""")

@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from guardrail.core.events import Action, Decision, Episode, Finding, Step, Verdict
+from guardrail.core.redaction import SECRET_KEY_WORDS, redact_value
 from guardrail.core.redaction import is_secret_key as secret_key
-from guardrail.core.redaction import redact_value
 from guardrail.core.runstore.base import (
     DEFAULT_MAX_STEPS,
     MAX_STEP_BYTES,
@@ -82,13 +82,21 @@ def _stamp(seconds: float) -> str:
 # gets the full rules. tests/test_runstore_redaction.py holds this equal to redacting everything, on the
 # hostile secret suite and on every real corpus.
 _STRONG = ("-----begin", "bearer", "eyj", "xox", "sk-", "sk_", "pk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
-           "github_pat", "aiza", "hf_", "sg.", "sq0", "akia", "asia", "mysql", "mariadb", "basic ", "digest ")
-_NAMED = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "cookie", "session", "dsn", "contrase",
-          "private", "sig")
+           "github_pat", "glpat-", "gocspx-", "ya29.", "npm_", "aiza", "hf_", "sg.", "sq0", "akia", "asia", "mysql",
+           "mariadb", "basic ", "digest ", "sshpass", "redis-cli")
+# The full rules' secret-naming words (one source) and a few more of ours.
+_NAMED = tuple(sorted({*SECRET_KEY_WORDS, "credential", "session", "private"}))
+_FLAG_WORDS = frozenset({*SECRET_KEY_WORDS, "credential", "session"})
+# After a named word, what any rule keying on it needs: more key characters, an optional (escaped) closing quote
+# or ``[]``, then an assignment or comparison (``:``, ``=``, ``:=``, ``=>``, ``==``, ``!=``), an element's ``>``
+# or ``<``, or an XML ``value=`` pair. A looser test than the rules' own: never a miss, sometimes the full rules
+# for nothing.
 _NAMED_IN_CONTEXT = re.compile(
-    r"(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn|contrase|private|sig)[\w.-]*(?:\\*[\"'`])?[ \t]*"
-    r"(?::=|=>|[:=])|--?[\w-]*(?:pass|pwd|secret|token|key|auth|credential|cookie|session|dsn)",
+    rf"(?:{'|'.join(_NAMED)})[\w.-]*(?:\\*[\"'`])?(?:\[\])?(?:[ \t]*[:=!<>]|\s+value\s*=)"
+    rf"|--?[\w-]*(?:{'|'.join(sorted(_FLAG_WORDS))})",
     re.IGNORECASE)
+# Commands whose rules take a password after a short option (`redaction._SHORT_PASSWORD`: ``docker login -p``).
+_LOGIN_WITH_OPTION = re.compile(r"login\b[^\n;|&]*\s-[pa]\b")
 _URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
 _DIGIT = re.compile(r"[0-9]")
 _LETTER = re.compile(r"[A-Za-z]")
@@ -101,6 +109,7 @@ _LETTER = re.compile(r"[A-Za-z]")
 _STRONG_WORD = re.compile("|".join(map(re.escape, _STRONG)))
 _NAMED_WORD = re.compile("|".join(map(re.escape, _NAMED)))
 _NAMED_THEN_ASSIGNMENT = re.compile(_NAMED_IN_CONTEXT.pattern.split("|--?")[0], re.IGNORECASE)
+_LONG_MIXED_CASE = 20  # a letters-only run this long with both cases may be a base64 secret (the entropy rule)
 # Runs of token characters, found with bytes.translate (C, ~1 ns a byte) instead of a regex trying every position:
 # a hex run of 9 lies inside a token run of 9 or more (hex characters are token characters), and only texts with a
 # token run of 16 or more need the mixed-run scan. Bytes from 0x80 are no token character, as in the regexes.
@@ -134,10 +143,13 @@ def may_hold_secret(text: str) -> bool:
     lowered = text.lower()
     if _STRONG_WORD.search(lowered) is not None:
         return True
-    starts = [found.start() for found in _NAMED_WORD.finditer(lowered)]
-    if starts and _named_in_context(text, lowered, starts):
+    first = _NAMED_WORD.search(lowered)  # most texts have none: one search, no list
+    if first is not None and _named_in_context(
+            text, lowered, [first.start(), *(found.start() for found in _NAMED_WORD.finditer(lowered, first.end()))]):
         return True
     if ("@" in text or "-u" in text) and _URL_CREDENTIALS.search(text):
+        return True
+    if "login" in lowered and _LOGIN_WITH_OPTION.search(lowered):
         return True
     data = text.encode("utf-8", "surrogatepass")
     if b"hhhhhhhhh" in data.translate(_AS_HEX):
@@ -145,7 +157,8 @@ def may_hold_secret(text: str) -> bool:
     if b"tttttttttttttttt" in data.translate(_AS_TOKEN):
         for run in _LONG_RUN.finditer(text):
             found_run = run.group()
-            if _DIGIT.search(found_run) and _LETTER.search(found_run):
+            if _LETTER.search(found_run) and (_DIGIT.search(found_run) or (
+                    len(found_run) >= _LONG_MIXED_CASE and not found_run.islower() and not found_run.isupper())):
                 return True
     return False
 
