@@ -29,7 +29,8 @@ __all__ = ["DEFAULT_CONFIG", "PRESETS", "EpisodeScore", "MonitorStream", "StepMo
 # Chosen on langgraph7b and real_research7b only (10 seeded splits, cross-fit conformal threshold at
 # beta 0.05): the four components fused by summed tail evidence. Adding the ESN to the other three
 # ("grounded") raised real_research7b detection 0.78 -> 0.86 at equal AUROC (0.993) and FA (langgraph7b:
-# 0.99 either way), so it is in; it costs 13-25 us a step (docs/monitor.md says when to leave it out).
+# 0.99 either way), so it is in; it costs about 9 us a step since its step is one matvec (13-25 before; an
+# in-process A/B, docs/benchmarks.md); docs/monitor.md says when to leave it out.
 # The held-out corpora (autogen7b, ollama7b, demo_real_varied_ext) were run once, unchanged, with it.
 DEFAULT_CONFIG: dict[str, Any] = {
     "components": ["esn_cusum_max", "delta_mahalanobis", "mahalanobis", "novelty_cusum"],
