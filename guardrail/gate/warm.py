@@ -51,6 +51,29 @@ def cache_directory() -> Path | None:
     return Path(base) / "guardrail" / "gate"
 
 
+def _kept_directory(directory: Path | None, fs: FsView) -> tuple[str | None, str | None]:
+    """(the resolved directory to keep files in, or None; why not): never one under the workspace roots."""
+    if directory is None:
+        return None, "persistence is off"
+    resolved = os.path.realpath(directory)
+    if any(resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep) for root in fs.workspace_roots()):
+        return None, f"{directory} lies under the workspace roots: nothing is written there"
+    return resolved, None
+
+
+def _read_kept(path: Path, key: str, max_bytes: int) -> dict[str, Any] | None:
+    """The mapping under `key` of a kept file of this version; None when missing, too large or not that shape."""
+    try:
+        if path.stat().st_size > max_bytes:
+            return None
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(raw, dict) or raw.get("version") != CACHE_VERSION or not isinstance(raw.get(key), dict):
+        return None
+    return raw[key]  # type: ignore[no-any-return]
+
+
 class SymbolCache:
     """The on-disk symbol tables of one workspace: ``{"version": 1, "entries": {path: [mtime_ns, size, table]}}``."""
 
@@ -58,14 +81,8 @@ class SymbolCache:
         self.fs = fs
         directory = cache_directory() if directory is None else directory
         self.path: Path | None = None
-        self.refused: str | None = None
-        if directory is None:
-            self.refused = "persistence is off"
-            return
-        resolved = os.path.realpath(directory)
-        roots = fs.workspace_roots()
-        if any(resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
-            self.refused = f"{directory} lies under the workspace roots: nothing is written there"
+        resolved, self.refused = _kept_directory(directory, fs)
+        if resolved is None:
             return
         digest = hashlib.sha256(os.path.realpath(workspace).encode("utf-8", "surrogateescape")).hexdigest()[:20]
         self.path = Path(resolved) / f"symbols-v{CACHE_VERSION}-{digest}.json"
@@ -77,17 +94,11 @@ class SymbolCache:
 
         if self.path is None or self.fs.key != "local":
             return 0
-        try:
-            if self.path.stat().st_size > 256 * 1024 * 1024:
-                return 0
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            return 0
-        if not isinstance(raw, dict) or raw.get("version") != CACHE_VERSION or not isinstance(raw.get("entries"),
-                                                                                               dict):
+        entries = _read_kept(self.path, "entries", 256 * 1024 * 1024)
+        if entries is None:
             return 0
         loaded = 0
-        for path, entry in raw["entries"].items():
+        for path, entry in entries.items():
             if loaded >= MAX_CACHE_ENTRIES:
                 break
             try:
@@ -129,11 +140,8 @@ class SymbolCache:
 def _stdlib_cache_file(fs: FsView) -> Path | None:
     """Where this interpreter's standard-module names are kept: one file per interpreter build and stdlib, never
     under the workspace roots (as the symbol tables)."""
-    directory = cache_directory()
-    if directory is None:
-        return None
-    resolved = os.path.realpath(directory)
-    if any(resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep) for root in fs.workspace_roots()):
+    resolved, _ = _kept_directory(cache_directory(), fs)
+    if resolved is None:
         return None
     stdlib_dir = os.path.dirname(os.__file__)
     try:
@@ -152,18 +160,10 @@ def _learn_stdlib(version: tuple[int, ...], stdlib: frozenset[str], fs: FsView) 
     from guardrail.gate.index import known_stdlib_names, prefetch_stdlib_names, remember_stdlib_names
 
     path = _stdlib_cache_file(fs)
-    known = 0
-    if path is not None:
-        try:
-            if path.stat().st_size <= 16 * 1024 * 1024:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(raw, dict) and raw.get("version") == CACHE_VERSION and isinstance(raw.get("modules"),
-                                                                                                  dict):
-                    known = len(remember_stdlib_names(raw["modules"]))
-        except (OSError, ValueError, RecursionError):
-            pass  # a missing or bad file: learned again
+    kept = _read_kept(path, "modules", 16 * 1024 * 1024) if path is not None else None
+    known = len(remember_stdlib_names(kept)) if kept is not None else 0  # a missing or bad file: learned again
     learned = prefetch_stdlib_names([], version, stdlib)
-    if learned and path is not None and tuple(version[:2]) == sys.version_info[:2]:
+    if learned and path is not None:
         with _LOCK:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
