@@ -195,8 +195,9 @@ def _warm(workspace: str, fs: FsView, index: ModuleIndex | None, cache: SymbolCa
         # The standard modules' run-time names, learned in a child process meanwhile (it holds no GIL of ours):
         # else the first decision naming one (`socket.AF_INET7`) starts a child on its own clock.
         target = index.target
-        stdlib_thread = threading.Thread(target=lambda: learned.append(_learn_stdlib(target.version, target.stdlib, fs)),
-                                         name="guardrail-gate-stdlib", daemon=True)
+        stdlib_thread = threading.Thread(
+            target=lambda: learned.append(_learn_stdlib(target.version, target.stdlib, fs)),
+            name="guardrail-gate-stdlib", daemon=True)
         stdlib_thread.start()
     with budget.within(None):  # no decision in progress: nothing here is on any decision's clock
         files = [os.path.join(workspace, relative) for relative in fs.walk(workspace, limit=MAX_WARM_FILES * 4,

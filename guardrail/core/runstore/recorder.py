@@ -91,10 +91,9 @@ _FLAG_WORDS = frozenset({*SECRET_KEY_WORDS, "credential", "session"})
 # or ``[]``, then an assignment or comparison (``:``, ``=``, ``:=``, ``=>``, ``==``, ``!=``), an element's ``>``
 # or ``<``, or an XML ``value=`` pair. A looser test than the rules' own: never a miss, sometimes the full rules
 # for nothing.
-_NAMED_IN_CONTEXT = re.compile(
-    rf"(?:{'|'.join(_NAMED)})[\w.-]*(?:\\*[\"'`])?(?:\[\])?(?:[ \t]*[:=!<>]|\s+value\s*=)"
-    rf"|--?[\w-]*(?:{'|'.join(sorted(_FLAG_WORDS))})",
-    re.IGNORECASE)
+_NAMED_THEN_ASSIGNMENT_PATTERN = rf"(?:{'|'.join(_NAMED)})[\w.-]*(?:\\*[\"'`])?(?:\[\])?(?:[ \t]*[:=!<>]|\s+value\s*=)"
+_NAMED_IN_CONTEXT = re.compile(rf"{_NAMED_THEN_ASSIGNMENT_PATTERN}|--?[\w-]*(?:{'|'.join(sorted(_FLAG_WORDS))})",
+                               re.IGNORECASE)
 # Commands whose rules take a password after a short option (`redaction._SHORT_PASSWORD`: ``docker login -p``).
 _LOGIN_WITH_OPTION = re.compile(r"login\b[^\n;|&]*\s-[pa]\b")
 _URL_CREDENTIALS = re.compile(r"://[^\s/@]+@|(?<!\S)-u[ \t]|--user")
@@ -108,7 +107,7 @@ _LETTER = re.compile(r"[A-Za-z]")
 # matches do not overlap, so a named word could hide a strong prefix that starts inside it ("authf_...").
 _STRONG_WORD = re.compile("|".join(map(re.escape, _STRONG)))
 _NAMED_WORD = re.compile("|".join(map(re.escape, _NAMED)))
-_NAMED_THEN_ASSIGNMENT = re.compile(_NAMED_IN_CONTEXT.pattern.split("|--?")[0], re.IGNORECASE)
+_NAMED_THEN_ASSIGNMENT = re.compile(_NAMED_THEN_ASSIGNMENT_PATTERN, re.IGNORECASE)
 _LONG_MIXED_CASE = 20  # a letters-only run this long with both cases may be a base64 secret (the entropy rule)
 # Runs of token characters, found with bytes.translate (C, ~1 ns a byte) instead of a regex trying every position:
 # a hex run of 9 lies inside a token run of 9 or more (hex characters are token characters), and only texts with a
