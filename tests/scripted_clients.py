@@ -6,6 +6,7 @@ and returns a call ``{"name", "args"}`` or an answer ``{"answer"}``, as the user
 
 from __future__ import annotations
 
+import abc
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,8 +23,9 @@ def scripted_client_class() -> Any:
         model_info_ = {"vision": False, "function_calling": True, "json_output": False,
                        "family": ModelFamily.UNKNOWN, "structured_output": False}
 
+        @abc.abstractmethod
         def reply(self, messages: Sequence[Any]) -> CreateResult:
-            raise NotImplementedError  # each scripted client says what its model answers
+            """What this client's model answers to `messages` (each scripted client writes its own)."""
 
         async def create(self, messages: Sequence[Any], **kwargs: Any) -> CreateResult:
             return self.reply(messages)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import subprocess
 import sys
 import sysconfig
 import time
@@ -288,13 +289,27 @@ def test_a_lying_or_silent_sandbox_makes_predicates_unknown_never_false(tmp_path
         assert report.error is None and any(r.outcome is Outcome.UNKNOWN for r in report.results)
 
 
+def _gnu_find() -> bool:
+    """Whether the backend would find a GNU find here: the same places and the same question it asks."""
+    for candidate in ("/usr/bin/find", "/bin/find"):
+        try:
+            answer = subprocess.run([candidate, "-P", "/", "-maxdepth", "0", "-printf", "%y"], capture_output=True,
+                                    text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if answer.returncode == 0 and answer.stdout == "d":
+            return True
+    return False
+
+
 def test_stats_are_answered_by_find_without_an_interpreter_and_agree(tmp_path: Path) -> None:
     """Issue 30: a warm decision's stats and small listings come from one GNU find by argv; what it cannot settle (a
     symlink met in the workspace, content to read) goes to the probe program, and the answers are the same."""
     import shutil
 
-    if shutil.which("find") is None:
-        pytest.skip("find is not installed (Debian: apt-get install findutils): the find-by-argv path has nothing to run")
+    if not _gnu_find():
+        pytest.skip("no GNU find at /usr/bin/find or /bin/find, the only places the backend looks (its -printf is "
+                    "what the fast path reads): apt-get install findutils")
     ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
     (ws / "escape").symlink_to("/etc")
     fast, slow = RemoteBackend(LocalExecTransport()), RemoteBackend(LocalExecTransport(), coreutils=False)

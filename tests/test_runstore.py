@@ -126,7 +126,20 @@ def test_an_episode_still_running_when_the_recorder_closes_is_recorded_incomplet
     assert summary.status == "incomplete" and summary.n_steps == 1
 
 
-class SlowStore(RunStore):
+class WriteOnlyStore(RunStore):
+    """A store that is written to only: it has nothing to read back."""
+
+    def set_labels(self, labels: Any) -> list[str]:
+        return list(labels)
+
+    def summaries(self, problems: Any = None) -> list[Any]:
+        return []
+
+    def episodes(self, ids: Any = None, *, problems: Any = None) -> Any:
+        return iter(())
+
+
+class SlowStore(WriteOnlyStore):
     """A store that takes its time: the agent must never wait for it, beyond an episode's end."""
 
     url = "slow://"
@@ -138,16 +151,6 @@ class SlowStore(RunStore):
     def write(self, batch: Any) -> None:
         self.release.wait(5)
         self.ops.extend(batch)
-
-    # Written to only: it has nothing to read back.
-    def set_labels(self, labels: Any) -> list[str]:
-        return list(labels)
-
-    def summaries(self, problems: Any = None) -> list[Any]:
-        return []
-
-    def episodes(self, ids: Any = None, *, problems: Any = None) -> Any:
-        return iter(())
 
 
 def test_a_full_queue_drops_steps_and_counts_them_and_never_blocks_the_agent():
@@ -187,21 +190,11 @@ def test_an_agent_that_never_waits_still_gets_every_step_recorded(tmp_path):
     assert sum(len(e.steps) for e in open_store(f"sqlite:///{tmp_path}/runs.db", create=False).episodes()) == 4_000
 
 
-class BrokenStore(RunStore):
+class BrokenStore(WriteOnlyStore):
     url = "broken://"
 
     def write(self, batch: Any) -> None:
         raise OSError("disk full")
-
-    # Written to only: it has nothing to read back.
-    def set_labels(self, labels: Any) -> list[str]:
-        return list(labels)
-
-    def summaries(self, problems: Any = None) -> list[Any]:
-        return []
-
-    def episodes(self, ids: Any = None, *, problems: Any = None) -> Any:
-        return iter(())
 
 
 def test_a_failing_store_never_reaches_the_agent(caplog):
