@@ -70,8 +70,10 @@ class Guard:
     loop: a layer that overrides an async twin is awaited there (it promised not to block),
     and every run of consecutive sync-only layers goes to a worker thread in one hop, so gate
     probes leave the loop free. A layer marked ``offload = False`` (only short CPU work: the
-    step monitor, the verifiers) runs on the loop, where it costs less than the hop.
-    ``offload=False`` runs every sync layer inline.
+    step monitor, the verifiers) runs on the loop, where it costs less than the hop, and so does
+    a call its layer's `Layer.runs_inline` says is short CPU work (the gate: a call of the
+    agent's own tool, checked against its schema alone). ``offload=False`` runs every sync
+    layer inline.
 
     ``on_alarm`` is what a step-monitor alarm (a finding of severity ``alarm``) does to the run,
     read by every adapter: ``"warn"`` (default) lets it go on and makes the end-of-run verdict at
@@ -466,8 +468,9 @@ class Guard:
         scores: list[float] = []
         content = self._content(action, result) if self._by_hook[hook] else (None, None)
         for how, layers in self._async_runs[hook]:
-            if how == "thread" and self.offload:
-                # One hop for the whole run of sync layers, carrying the context (the current span).
+            if how == "thread" and self.offload and not _all_inline(layers, hook, ctx, args):
+                # One hop for the whole run of sync layers, carrying the context (the current span); a run
+                # whose every layer says this call is short CPU work stays on the loop (below).
                 await _in_thread(self._run_layers_locked, layers, hook, ctx, args, action, content, collected,
                                  scores)
                 continue
@@ -569,6 +572,16 @@ def _attach(span: Span) -> object | None:
 def _detach(token: object | None) -> None:
     if token is not None:
         otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
+
+
+def _all_inline(layers: Sequence[Layer], hook: str, ctx: EpisodeContext, args: tuple[Any, ...]) -> bool:
+    """Whether every layer of a run says this call of `hook` is short CPU work (`Layer.runs_inline`); a layer
+    whose answer raises is offloaded (its hook then fails, or not, in the worker, as before)."""
+    try:
+        return all(layer.runs_inline(hook, ctx, *args) for layer in layers)
+    except Exception:  # noqa: BLE001 - a broken answer only costs the hop
+        _log.exception("guardrail: asking a layer whether it runs inline failed")
+        return False
 
 
 def _async_runs(layers: Sequence[Layer], hook: str) -> list[tuple[str, list[Layer]]]:

@@ -34,6 +34,13 @@ class Layer:
     # work and, under the GIL, CPU-bound Python holds the loop either way.
     offload: ClassVar[bool] = True
 
+    def runs_inline(self, hook: str, ctx: EpisodeContext, *args: Any) -> bool:
+        """True when this call of the sync `hook` (with the hook's own arguments) is only short, bounded CPU
+        work: the Guard's async path then runs it on the event loop instead of paying a worker-thread hop
+        (about 0.1-0.3 ms, more than such work costs). Asked before every call of a layer that offloads; say
+        True only for calls that cannot wait on I/O or a lock held across I/O. Default: ``not offload``."""
+        return not self.offload
+
     def new_state(self, ctx: EpisodeContext) -> Any:
         """Per-episode state for this layer (None when the layer keeps none)."""
         return None

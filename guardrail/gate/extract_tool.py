@@ -7,19 +7,21 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from guardrail.gate.extract_mcp import extract_mcp
+from guardrail.gate.extract_mcp import FILESYSTEM_TOOLS, GIT_TOOLS, extract_mcp
 from guardrail.gate.extract_python import extract_python
 from guardrail.gate.extract_shell import extract_shell
 from guardrail.gate.predicates import Predicate
 from guardrail.gate.scope import Scope
 from guardrail.gate.tool_args import SchemaError, args_problems
 
-__all__ = ["EDITOR_TOOLS", "ToolSchema", "extract_tool", "schema_problems", "tool_schema"]
+__all__ = ["EDITOR_TOOLS", "ToolSchema", "checks_arguments_only", "extract_tool", "schema_problems", "tool_schema"]
 
 EDITOR_TOOLS = {"str_replace_editor", "str_replace_based_edit_tool", "FileEditAction", "edit_file", "file_editor"}
 SHELL_TOOLS = {"bash", "execute_bash", "CmdRunAction", "run", "shell", "terminal", "run_shell_command"}
 PYTHON_TOOLS = {"execute_ipython_cell", "IPythonRunCellAction", "python", "python_repl", "run_python"}
 READ_TOOLS = {"FileReadAction", "read_file", "view_file"}
+# Every name `extract_tool` reads more than the arguments of: the workspace is probed for these calls.
+_PROBED_TOOLS = frozenset(EDITOR_TOOLS | SHELL_TOOLS | PYTHON_TOOLS | READ_TOOLS | FILESYSTEM_TOOLS | GIT_TOOLS)
 _EDITOR_COMMANDS = {"view", "create", "str_replace", "insert", "undo_edit"}
 
 ToolSchema = dict[str, Any]  # a JSON schema of the arguments object ("parameters" of an OpenAI tool)
@@ -58,6 +60,12 @@ def schema_problems(args: Any, schema: ToolSchema, *, limit: int = 5) -> list[st
         return args_problems(args, schema, limit=limit)
     except SchemaError:
         return []
+
+
+def checks_arguments_only(tool: str) -> bool:
+    """Whether a call to `tool` is checked against its schema alone, with nothing probed in the workspace (any
+    tool but the shell, Python, editor, file-reading and reference MCP ones `extract_tool` knows)."""
+    return tool not in _PROBED_TOOLS
 
 
 def extract_tool(tool: str, args: dict[str, Any], scope: Scope, *, open_file: str | None,

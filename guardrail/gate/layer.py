@@ -17,7 +17,7 @@ from guardrail.core.layer import EpisodeContext, Layer
 from guardrail.gate import budget
 from guardrail.gate.backend import DECISION_MEMO, LocalBackend, ProbeBackend, Roots
 from guardrail.gate.budget import BudgetExceeded, Deadline
-from guardrail.gate.extract_tool import ToolSchema, tool_schema
+from guardrail.gate.extract_tool import ToolSchema, checks_arguments_only, tool_schema
 from guardrail.gate.index import ModuleIndex, TargetPython, TargetPythonError
 from guardrail.gate.normalize import ActionError, extract, normalize_action
 from guardrail.gate.predicates import Outcome, Predicate, ProbeResult
@@ -165,6 +165,11 @@ class Gate:
             self._index, self._index_error, self._index_refused = ModuleIndex(target, self.fs), None, False
             self._index_thread = threading.current_thread()  # nothing left to learn in the background
             self._index_done.set()
+
+    def index_ready(self) -> bool:
+        """Whether the target interpreter's module index is built (or known unavailable): a decision then never
+        waits for it."""
+        return self._index_done.is_set()
 
     def index(self, wait_s: float | None = None) -> ModuleIndex | None:
         """The target's module index (one short subprocess to a trusted interpreter, run once, in the
@@ -365,6 +370,17 @@ class GateLayer(Layer):
 
     def set_editor_state(self, ctx: EpisodeContext, *, open_file: str | None) -> None:
         ctx.state(self).editor.open_file = open_file
+
+    def runs_inline(self, hook: str, ctx: EpisodeContext, *args: Any) -> bool:
+        """On the async path, a call checked against its schema alone (no workspace, or a tool the gate probes
+        nothing for, once the workspace's index is ready) and the observation-header read after a result run on
+        the event loop: short CPU work, cheaper than the worker-thread hop. Every other action is probed in a
+        worker thread."""
+        if hook != "before_action" or self.gate is None:
+            return True
+        action = args[0] if args else None
+        return (isinstance(action, Action) and action.kind is ActionKind.TOOL
+                and checks_arguments_only(action.tool or "") and self.gate.index_ready())
 
     def before_action(self, ctx: EpisodeContext, action: Action) -> Iterable[Finding] | None:
         declared = declared_args_findings(ctx, action, layer=self.name) or []

@@ -110,6 +110,8 @@ class FsView:
         if batch is not None:
             commands = [os.path.join(directory, program) for program in dict.fromkeys(programs)
                         for directory in self._command_dirs]
+            if not wanted and not commands:
+                return  # nothing to ask: no round-trip (a call checked against its schema alone)
             for path, state in zip(wanted, batch(wanted, self.listable, commands), strict=True):
                 memo[(me, "list", path)] = state
             return
