@@ -27,6 +27,7 @@ from guardrail.gate.backend_remote import RemoteBackend
 __all__ = ["SweRexProber", "SwerexBackend", "SwerexTransport", "gate_in_sandbox", "runtime_of"]
 
 _INSTALL = "pip install 'guardrail[swe]'"
+_MAX_STDERR = 1 << 20
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
 
@@ -79,7 +80,11 @@ class SwerexTransport:
         stdout, code = getattr(response, "stdout", None), getattr(response, "exit_code", None)
         if not isinstance(stdout, str):
             return None
-        return (code if isinstance(code, int) else -1), stdout, str(getattr(response, "stderr", "") or "")[-2000:]
+        # stderr whole, up to a bound: the find fast path reads every line of it (a cut line would void the run)
+        stderr = str(getattr(response, "stderr", "") or "")
+        if len(stderr) > _MAX_STDERR:
+            stderr = stderr[-_MAX_STDERR:]
+        return (code if isinstance(code, int) else -1), stdout, stderr
 
 
 class SwerexBackend(RemoteBackend):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,3 +153,23 @@ def test_a_local_copy_keeps_the_local_backend(sandbox: tuple[Any, Path]) -> None
     hook.on_init(agent=SimpleNamespace(_env=SimpleNamespace(deployment=SimpleNamespace(runtime=runtime))))
     hook.on_run_start()
     assert hook.backend is None
+
+
+def test_a_warm_decision_naming_many_missing_programs_is_one_find_through_swerex(sandbox: tuple[Any, Path]) -> None:
+    """Kilobytes of "No such file" lines from find come back whole through the runtime, so a warm decision that looks
+    up a dozen missing programs on every PATH directory is one round-trip and starts no interpreter."""
+    runtime, root = sandbox
+    project = Path(shutil.copytree(FIXTURE, root / "proj-missing"))
+    local, remote, backend = _pair(project, runtime)
+    action = {"kind": "shell", "command": " && ".join(f"zz-no-such-tool-{n} --version" for n in range(12))}
+    for _ in range(2):
+        assert report_signature(remote.check(action)) == report_signature(local.check(action))
+    before = (backend.round_trips, backend.fast_round_trips)
+    assert report_signature(remote.check(action)) == report_signature(local.check(action))
+    assert (backend.round_trips - before[0], backend.fast_round_trips - before[1]) == (1, 1)
+    assert backend.failures == 0
+    argv = ["/usr/bin/find" if os.path.exists("/usr/bin/find") else "/bin/find", "-P",
+            *(f"{project}/zz-missing-{n:03d}" for n in range(100)), "-maxdepth", "0"]
+    here = subprocess.run(argv, capture_output=True, text=True, env={"LC_ALL": "C"}, timeout=30)
+    there = backend.transport(argv, timeout_s=10.0, env={"LC_ALL": "C"})
+    assert there is not None and len(here.stderr) > 5000 and there[2] == here.stderr

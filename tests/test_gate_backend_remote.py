@@ -328,3 +328,62 @@ def test_stats_are_answered_by_find_without_an_interpreter_and_agree(tmp_path: P
     before = (plain.round_trips, plain.fast_round_trips)
     gate.check(actions[0])
     assert (plain.round_trips - before[0], plain.fast_round_trips - before[1]) == (1, 1)  # one find, no interpreter
+
+
+def test_a_find_run_is_used_only_when_every_start_point_is_accounted_for(tmp_path: Path) -> None:
+    """A start point with neither a record nor a "missing" line (a transport that cut stderr, an error of another
+    kind) voids the whole run: a lost line never reads as "missing"."""
+    from guardrail.gate.coreutils_probe import FindRecords, plan
+
+    if not _gnu_find():
+        pytest.skip("no GNU find at /usr/bin/find or /bin/find: apt-get install findutils")
+    (tmp_path / "it's here").write_text("x")
+    (tmp_path / "file").write_text("x")
+    named = [str(tmp_path / "it's here"), str(tmp_path / "it's gone"), str(tmp_path / "file") + "/x",
+             *(str(tmp_path / f"missing-{n:03d}") for n in range(60))]
+    find = next(c for c in ("/usr/bin/find", "/bin/find") if os.path.exists(c))
+    planned = plan(find, [("s", path) for path in named], [])
+    assert planned is not None
+    starts = planned.starts
+    ran = subprocess.run(planned.argv, capture_output=True, text=True, env={"LC_ALL": "C"}, timeout=30)
+    whole = FindRecords(ran.stdout, ran.stderr, starts)
+    assert whole.valid and whole.missing == set(starts) - set(whole.stats) and len(whole.missing) > 100
+    assert str(tmp_path / "it's gone") in whole.missing and str(tmp_path / "it's here") in whole.stats
+    assert len(ran.stderr) > 2000  # the SWE-ReX transport used to keep the last 2,000 characters only
+    for cut in (ran.stderr[-2000:], ran.stderr[ran.stderr.index("\n", 1000) + 1:], ""):
+        assert not FindRecords(ran.stdout, cut, starts).valid
+    assert not FindRecords(ran.stdout, ran.stderr + f"{find}: '{starts[0]}': Permission denied\n", starts).valid
+
+
+class _CutStderr(LocalExecTransport):
+    """A transport that keeps the last 200 characters of stderr, starting at a line (as a careless sandbox API might)."""
+
+    def __call__(self, argv: list[str], *, timeout_s: float,
+                 env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
+        outcome = super().__call__(argv, timeout_s=timeout_s, env=env)
+        if outcome is None or len(outcome[2]) <= 200:
+            return outcome
+        tail = outcome[2][-200:]
+        return outcome[0], outcome[1], tail[tail.find("\n") + 1:]
+
+
+def test_many_missing_programs_are_one_find_and_a_cut_stderr_costs_a_round_trip_not_an_answer(tmp_path: Path) -> None:
+    """A warm decision that looks up many programs missing from every PATH directory (kilobytes of "No such file"
+    lines) is still one find; through a transport that cuts stderr it falls back to the probe program and says
+    what the local gate says."""
+    import shutil
+
+    if not _gnu_find():
+        pytest.skip("no GNU find at /usr/bin/find or /bin/find: apt-get install findutils")
+    ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
+    action = {"kind": "shell", "command": " && ".join(f"zz-no-such-tool-{n} --version" for n in range(12))}
+    local = Gate(ws, budget_s=BUDGET_S, python=sys.executable, path_env=PATH_ENV)
+    for transport in (LocalExecTransport(), _CutStderr()):
+        backend = RemoteBackend(transport)
+        gate = _warm_gate(backend, ws)
+        for _ in range(2):
+            assert report_signature(gate.check(action)) == report_signature(local.check(action))
+        before = (backend.round_trips, backend.fast_round_trips)
+        assert report_signature(gate.check(action)) == report_signature(local.check(action))
+        trips = (backend.round_trips - before[0], backend.fast_round_trips - before[1])
+        assert trips == ((1, 1) if type(transport) is LocalExecTransport else (2, 1)), trips

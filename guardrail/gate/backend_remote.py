@@ -330,20 +330,22 @@ class RemoteBackend:
         """Answer a batch of stats with one ``find`` by argv (`coreutils_probe`), the probe program taking only what
         that leaves unresolved; None when the batch needs the probe program anyway."""
         assert self._find is not None
-        argv = coreutils_probe.plan(self._find, wire, roots)
+        found = coreutils_probe.plan(self._find, wire, roots)
         deadline = budget.current()
         timeout = self.timeout_s if deadline is None else min(self.timeout_s, deadline.remaining())
-        if argv is None or timeout <= 0.001 or sum(len(a) for a in argv) > _MAX_REQUEST_HEX:
+        if found is None or timeout <= 0.001 or sum(len(a) for a in found.argv) > _MAX_REQUEST_HEX:
             return None
+        argv = found.argv
         self.round_trips += 1
         self.fast_round_trips += 1
         try:
             outcome = self.transport(argv, timeout_s=timeout, env={"PATH": _SANDBOX_ENV_PATH, "LC_ALL": "C"})
         except Exception:  # noqa: BLE001 - the probe program answers instead
             outcome = None
-        if outcome is None or outcome[0] not in (0, 1) or len(outcome[1]) > self.max_response_bytes:
+        if (outcome is None or outcome[0] not in (0, 1) or len(outcome[1]) > self.max_response_bytes
+                or len(outcome[2]) > self.max_response_bytes):
             return None
-        records = coreutils_probe.FindRecords(outcome[1], outcome[2])
+        records = coreutils_probe.FindRecords(outcome[1], outcome[2], found.starts)
         if not records.valid:
             return None
         answers = coreutils_probe.answer(wire, roots, records)

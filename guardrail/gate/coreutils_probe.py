@@ -17,16 +17,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from guardrail.gate import remote_probe
 
-__all__ = ["FORMAT", "FindRecords", "answer", "plan"]
+__all__ = ["FORMAT", "FindPlan", "FindRecords", "answer", "plan"]
 
 # x|- (executable, following symlinks), depth, type, type following symlinks, mode, size, mtime, path
 FORMAT = r"\0%d\0%y\0%Y\0%m\0%s\0%T@\0%p\0"
 _FIELDS = 8
 _OK_ERRORS = ("No such file or directory", "Not a directory")
+# How GNU find reports a start point it cannot stat, with LC_ALL=C: its argv[0] (the absolute path it was run by),
+# the path quoted, a quote inside it escaped.
+_ERROR = re.compile(r"/[\w/.-]*find: '((?:[^'\\]|\\')*)': (No such file or directory|Not a directory)")
 _RECORD = re.compile(r"[x-]\0[01]\0[fdlbcps]\0[fdlbcpsNL?]\0[0-7]{1,4}\0\d{1,20}\0\d{1,12}(\.\d{1,10})?")
 _STAT_OPS = frozenset({"s", "sx", "lc", "rc", "sr"})
 UNRESOLVED = object()  # an operation the records do not settle: the probe program answers it
@@ -58,9 +61,16 @@ def _prefixes(path: str, scope: Any) -> list[str]:
     return out
 
 
-def plan(find: str, operations: Sequence[tuple[Any, ...]], roots: Sequence[Any]) -> list[str] | None:
-    """The one argv that answers `operations` (as `remote_probe.answer` gets them: roots by index), or None when an
-    operation needs more than stats and small listings."""
+class FindPlan(NamedTuple):
+    """One ``find`` run: its argv, and its start points (each must come back as a record or as a "missing" error)."""
+
+    argv: list[str]
+    starts: list[str]
+
+
+def plan(find: str, operations: Sequence[tuple[Any, ...]], roots: Sequence[Any]) -> FindPlan | None:
+    """The one ``find`` run that answers `operations` (as `remote_probe.answer` gets them: roots by index), or None when
+    an operation needs more than stats and small listings."""
     starts: dict[str, None] = {}
     listed: dict[str, None] = {}
     for operation in operations:
@@ -85,19 +95,29 @@ def plan(find: str, operations: Sequence[tuple[Any, ...]], roots: Sequence[Any])
             "-printf", FORMAT]
     # Start points that are not listed are not descended into (-prune); listed ones give their entries too.
     argv += ["(", *descend, "-o", "-prune", ")"] if descend else ["-prune"]
-    return argv
+    return FindPlan(argv, list(starts))
 
 
 class FindRecords:
-    """What one ``find`` run said: each start point's lstat, and the entries of the directories it listed."""
+    """What one ``find`` run said: each start point's lstat, and the entries of the directories it listed.
 
-    def __init__(self, stdout: str, stderr: str) -> None:
+    The run is `valid` only when every start point is accounted for, by a record or by an error line saying it is
+    missing: a start point that is neither (stderr cut short by a transport, an error of another kind: permission
+    denied, a loop) leaves nothing of the run used, so a lost line can never read as "missing"."""
+
+    def __init__(self, stdout: str, stderr: str, starts: Sequence[str] = ()) -> None:
         self.valid = True
         self.stats: dict[str, tuple[str, ...]] = {}
         self.entries: dict[str, list[tuple[str, ...]]] = {}
+        self.missing: set[str] = set()
         for line in stderr.splitlines():
-            if line.strip() and not line.rstrip().endswith(_OK_ERRORS):
-                self.valid = False  # permission denied, a loop...: the probe program says what it is
+            if not line.strip():
+                continue
+            error = _ERROR.fullmatch(line.rstrip())
+            if error is None:
+                self.valid = False  # permission denied, a loop, a cut line...: the probe program says what it is
+                return
+            self.missing.add(error.group(1).replace("\\'", "'"))
         fields = stdout.split("\0")
         if fields and fields[-1] == "":
             fields.pop()
@@ -114,6 +134,8 @@ class FindRecords:
                 self.stats[path] = record
             else:
                 self.entries.setdefault(os.path.dirname(path), []).append(record)
+        if any(start not in self.stats and start not in self.missing for start in starts):
+            self.valid = False
 
 
 def _state(record: tuple[str, ...]) -> tuple[str, int, int, bool, str]:
