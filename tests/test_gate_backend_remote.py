@@ -302,14 +302,18 @@ def _gnu_find() -> bool:
     return False
 
 
+def _require_gnu_find() -> None:
+    if not _gnu_find():
+        pytest.skip("no GNU find at /usr/bin/find or /bin/find, the only places the backend looks (its -printf is "
+                    "what the fast path reads): apt-get install findutils")
+
+
 def test_stats_are_answered_by_find_without_an_interpreter_and_agree(tmp_path: Path) -> None:
     """Issue 30: a warm decision's stats and small listings come from one GNU find by argv; what it cannot settle (a
     symlink met in the workspace, content to read) goes to the probe program, and the answers are the same."""
     import shutil
 
-    if not _gnu_find():
-        pytest.skip("no GNU find at /usr/bin/find or /bin/find, the only places the backend looks (its -printf is "
-                    "what the fast path reads): apt-get install findutils")
+    _require_gnu_find()
     ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
     (ws / "escape").symlink_to("/etc")
     fast, slow = RemoteBackend(LocalExecTransport()), RemoteBackend(LocalExecTransport(), coreutils=False)
@@ -335,8 +339,7 @@ def test_a_find_run_is_used_only_when_every_start_point_is_accounted_for(tmp_pat
     kind) voids the whole run: a lost line never reads as "missing"."""
     from guardrail.gate.coreutils_probe import FindRecords, plan
 
-    if not _gnu_find():
-        pytest.skip("no GNU find at /usr/bin/find or /bin/find: apt-get install findutils")
+    _require_gnu_find()
     (tmp_path / "it's here").write_text("x")
     (tmp_path / "file").write_text("x")
     named = [str(tmp_path / "it's here"), str(tmp_path / "it's gone"), str(tmp_path / "file") + "/x",
@@ -373,8 +376,7 @@ def test_many_missing_programs_are_one_find_and_a_cut_stderr_costs_a_round_trip_
     what the local gate says."""
     import shutil
 
-    if not _gnu_find():
-        pytest.skip("no GNU find at /usr/bin/find or /bin/find: apt-get install findutils")
+    _require_gnu_find()
     ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
     action = {"kind": "shell", "command": " && ".join(f"zz-no-such-tool-{n} --version" for n in range(12))}
     local = Gate(ws, budget_s=BUDGET_S, python=sys.executable, path_env=PATH_ENV)

@@ -29,7 +29,7 @@ _FIELDS = 8
 _OK_ERRORS = ("No such file or directory", "Not a directory")
 # How GNU find reports a start point it cannot stat, with LC_ALL=C: its argv[0] (the absolute path it was run by),
 # the path quoted, a quote inside it escaped.
-_ERROR = re.compile(r"/[\w/.-]*find: '((?:[^'\\]|\\')*)': (No such file or directory|Not a directory)")
+_ERROR = re.compile(r"/[\w/.-]*find: '((?:[^'\\]|\\')*)': (?:" + "|".join(map(re.escape, _OK_ERRORS)) + ")")
 _RECORD = re.compile(r"[x-]\0[01]\0[fdlbcps]\0[fdlbcpsNL?]\0[0-7]{1,4}\0\d{1,20}\0\d{1,12}(\.\d{1,10})?")
 _STAT_OPS = frozenset({"s", "sx", "lc", "rc", "sr"})
 UNRESOLVED = object()  # an operation the records do not settle: the probe program answers it
@@ -105,7 +105,7 @@ class FindRecords:
     missing: a start point that is neither (stderr cut short by a transport, an error of another kind: permission
     denied, a loop) leaves nothing of the run used, so a lost line can never read as "missing"."""
 
-    def __init__(self, stdout: str, stderr: str, starts: Sequence[str] = ()) -> None:
+    def __init__(self, stdout: str, stderr: str, starts: Sequence[str]) -> None:
         self.valid = True
         self.stats: dict[str, tuple[str, ...]] = {}
         self.entries: dict[str, list[tuple[str, ...]]] = {}
