@@ -33,7 +33,7 @@ from monitors.perturb import perturb
 __all__ = ["FIT", "SCORE", "featurize_shard", "healthy_stats_shard", "score_shard"]
 
 SHARD_SIZE = 32
-_STATE_DTYPES = {"shape_keys": np.uint64, "tool_keys": np.uint32, "word_keys": np.uint32}
+_STATE_DTYPES = {"shape_keys": np.uint64, "tool_keys": np.uint32, "word_keys": np.uint32, "latency_floor": np.float64}
 
 
 def _episodes(corpus: str, ids: Sequence[str]) -> list[Episode]:
@@ -47,7 +47,9 @@ def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, Any]:
     steps = [s for e in episodes for s in e.steps]
     telemetry = Telemetry(**shard["telemetry"])
     keys = [telemetry.episode_keys(e) for e in episodes]
+    timed = [s.latency_s for s in steps if s.latency_s is not None]
     return {"steps": len(steps), "with_logprobs": sum(1 for s in steps if s.token_logprobs),
+            "timed": len(timed), "fast": sum(1 for v in timed if v < telemetry.latency_floor_s),
             "keys": [[sorted(k.shapes), sorted(k.tools), sorted(k.words)] for k in keys]}
 
 
@@ -160,6 +162,8 @@ def _run_fit(args: argparse.Namespace) -> int:
         telemetry = Telemetry(**settings)
         telemetry.set_channels([c for c in telemetry.channels
                                 if c != "u" or coverage >= telemetry.min_logprob_coverage])
+        telemetry.set_latency_floor(telemetry.latency_floor_for(sum(c["timed"] for c in counts),
+                                                                sum(c["fast"] for c in counts)))
         telemetry.fit_lexicon([EpisodeKeys(frozenset(a), frozenset(b), frozenset(c))
                                for shard_counts in counts for a, b, c in shard_counts["keys"]])
         state = {key: value.tolist() for key, value in telemetry.get_state().items()}

@@ -48,6 +48,11 @@ G_DIM = 9
 G_SHAPE_SURPRISAL = 7  # index within the g channel: surprisal of the step's result shapes (monitors.novelty)
 G_WORD_NOVELTY = 8  # index within the g channel: share of the step's words new to healthy runs and the episode
 _CONTEXT_CAP = 20000  # words an episode's novelty context keeps (bounded memory on endless episodes)
+# Host jitter, in seconds: a garbage collection, another tenant, the guard's own warm-up. A deployment whose
+# healthy steps nearly all answer faster than this (a cached or scripted model) fits a latency null with no
+# spread, so one 0.4 s stall would alarm for the rest of the run: its latencies are read with this floor.
+LATENCY_FLOOR_S = 0.5
+_FAST_SHARE = 0.99  # "nearly all": the share of timed healthy steps under the floor that makes a deployment fast
 
 # Words that make a result read as a failed call, whatever the tool's own error flag says.
 _ERROR_WORDS = frozenset({"error", "exception", "traceback", "unavailable", "timed", "timeout",
@@ -125,7 +130,10 @@ class Telemetry:
 
     Hyperparameters: `e_dim` (hash buckets, a power of two), `text_cap` (bytes of text hashed per
     step: bounds the work on untrusted output), `channels` (which channels to use when present),
-    `novelty` (learn healthy result shapes and vocabulary for the g channel; off: those features are 0).
+    `novelty` (learn healthy result shapes and vocabulary for the g channel; off: those features are 0),
+    `latency_floor_s` (host jitter: when at least 99% of the timed healthy steps are faster, `fit` sets
+    `latency_floor_` to it and latencies below it read as equal to it; otherwise the null's own spread
+    covers jitter and `latency_floor_` is 0; model files written before it existed read as 0).
     """
 
     e_dim: int = 32
@@ -133,14 +141,17 @@ class Telemetry:
     channels: tuple[str, ...] = CHANNELS
     min_logprob_coverage: float = 0.5
     novelty: bool = True
+    latency_floor_s: float = LATENCY_FLOOR_S
     channels_: tuple[str, ...] = field(default=(), init=False)
+    latency_floor_: float = field(default=0.0, init=False)
     slices_: dict[str, slice] = field(default_factory=dict, init=False)
     lexicon_: HealthyLexicon | None = field(default=None, init=False)
     _train_keys: list[EpisodeKeys] = field(default_factory=list, init=False, repr=False)
 
     def get_params(self) -> dict[str, Any]:
         return {"e_dim": self.e_dim, "text_cap": self.text_cap, "channels": list(self.channels),
-                "min_logprob_coverage": self.min_logprob_coverage, "novelty": self.novelty}
+                "min_logprob_coverage": self.min_logprob_coverage, "novelty": self.novelty,
+                "latency_floor_s": self.latency_floor_s}
 
     def fit(self, healthy: Sequence[Episode]) -> Telemetry:
         """Keep the channels the deployment has (`u` only when most healthy steps carry logprobs); learn the
@@ -150,10 +161,14 @@ class Telemetry:
         unknown = set(self.channels) - set(CHANNELS)
         if unknown:
             raise ValueError(f"unknown channel(s) {sorted(unknown)}; choose from {CHANNELS}")
+        if not 0.0 <= self.latency_floor_s <= 3600.0:
+            raise ValueError(f"latency_floor_s must be in [0, 3600] seconds, got {self.latency_floor_s}")
         steps = [s for e in healthy for s in e.steps]
         with_logprobs = sum(1 for s in steps if s.token_logprobs)
         has_u = bool(steps) and with_logprobs / len(steps) >= self.min_logprob_coverage
         self.set_channels(tuple(c for c in CHANNELS if c in self.channels and (c != "u" or has_u)))
+        timed = [s.latency_s for s in steps if s.latency_s is not None]
+        self.set_latency_floor(self.latency_floor_for(len(timed), sum(1 for v in timed if v < self.latency_floor_s)))
         self._train_keys = [self.episode_keys(e) for e in healthy]
         self.fit_lexicon(self._train_keys)
         return self
@@ -164,6 +179,15 @@ class Telemetry:
         keys, self._train_keys = self._train_keys, []
         return [self._features(e, own) for e, own in zip(healthy, keys, strict=True)]
 
+    def latency_floor_for(self, timed_steps: int, fast_steps: int) -> float:
+        """`latency_floor_s` when at least 99% of `timed_steps` healthy steps (`fast_steps` of them) ran under it."""
+        return self.latency_floor_s if timed_steps and fast_steps >= _FAST_SHARE * timed_steps else 0.0
+
+    def set_latency_floor(self, floor: float) -> None:
+        if not (math.isfinite(floor) and 0.0 <= floor <= 3600.0):
+            raise ValueError(f"a latency floor must be a number of seconds in [0, 3600], got {floor}")
+        self.latency_floor_ = float(floor)
+
     def episode_keys(self, episode: Episode) -> EpisodeKeys:
         """What `episode` adds to the healthy lexicon (the per-shard half of a distributed fit)."""
         return episode_keys(episode, self.text_cap) if self.novelty else NO_KEYS
@@ -172,9 +196,15 @@ class Telemetry:
         self.lexicon_ = HealthyLexicon().fit(keys) if self.novelty and "g" in self.channels_ else None
 
     def get_state(self) -> dict[str, np.ndarray]:
-        return {} if self.lexicon_ is None else {f"lexicon.{k}": v for k, v in self.lexicon_.get_state().items()}
+        state = {"latency_floor": np.array(self.latency_floor_)}
+        if self.lexicon_ is not None:
+            state.update({f"lexicon.{k}": v for k, v in self.lexicon_.get_state().items()})
+        return state
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
+        # A state from before the latency floor existed was fitted on latencies as measured: it reads them so.
+        floor = state.get("latency_floor")
+        self.set_latency_floor(0.0 if floor is None else float(np.asarray(floor, dtype=float).reshape(())))
         lexicon = {k[len("lexicon."):]: v for k, v in state.items() if k.startswith("lexicon.")}
         self.lexicon_ = HealthyLexicon().set_state(lexicon) if lexicon else None
         if self.lexicon_ is None and self.novelty and "g" in self.channels_:
@@ -226,7 +256,7 @@ class TelemetryStream:
     """One episode's featurizer: `update(step)` returns x_t; per-episode state is the calls and words seen."""
 
     __slots__ = ("_tel", "_shift", "_seen_calls", "_context", "_last_tool", "_index", "_dim", "_own",
-                 "_lexicon", "_seen_words", "_cap", "_e_dim", "_e", "_tail", "_u", "_m", "_g", "_order")
+                 "_lexicon", "_seen_words", "_cap", "_e_dim", "_e", "_tail", "_u", "_m", "_g", "_order", "_latency_floor")
 
     def __init__(self, telemetry: Telemetry, own: EpisodeKeys = NO_KEYS) -> None:
         self._tel = telemetry
@@ -241,6 +271,7 @@ class TelemetryStream:
         self._lexicon = telemetry.lexicon_
         self._cap = telemetry.text_cap
         self._e_dim = telemetry.e_dim
+        self._latency_floor = telemetry.latency_floor_
         # Channels come in CHANNELS order: e (an array) first when present, then u, m, g gathered as floats and
         # written from `_tail` on with one assignment (each numpy conversion costs about a microsecond).
         slices = telemetry.slices_
@@ -319,8 +350,7 @@ class TelemetryStream:
         kept = [max(v, -_LOGPROB_FLOOR) for v in logprobs if math.isfinite(v) and v <= 0.0]
         return TelemetryStream._uncertainty(kept) if kept else (0.0, 0.0, 0.0, 0.0)
 
-    @staticmethod
-    def _metadata(step: Step, text: str) -> tuple[float, ...]:
+    def _metadata(self, step: Step, text: str) -> tuple[float, ...]:
         events = step.tool_events
         error = step.error or any(ev.is_error for ev in events)
         return (
@@ -328,7 +358,7 @@ class TelemetryStream:
             1.0 if step.kind is StepKind.FINAL else 0.0,
             1.0 if error else 0.0,
             math.log1p(len(text)),
-            math.log1p(_bounded(step.latency_s)),
+            math.log1p(max(_bounded(step.latency_s), self._latency_floor)),
             math.log1p(_bounded(step.output_tokens)),
             float(len(events)),
             math.log1p(sum(len(ev.result or "") for ev in events)),

@@ -302,6 +302,9 @@ def _header_problem(header: dict[str, Any]) -> str | None:
     if not (isinstance(e_dim, int) and not isinstance(e_dim, bool) and 4 <= e_dim <= MAX_E_DIM
             and not e_dim & (e_dim - 1)):
         return f"telemetry e_dim must be a power of two in [4, {MAX_E_DIM}], got {_one_line(repr(e_dim), 40)}"
+    floor = telemetry.get("latency_floor_s", 0.0)
+    if not (_finite_number(floor) and 0.0 <= floor <= 3600.0):
+        return f"telemetry latency_floor_s must be a number of seconds in [0, 3600], got {_one_line(repr(floor), 40)}"
     channels = header["telemetry"].get("channels")
     if not (isinstance(channels, list) and channels and all(c in CHANNELS for c in channels)
             and len(set(channels)) == len(channels)):

@@ -213,6 +213,18 @@ def esn_units_lie(members: dict[str, bytes], out: Path) -> Path:
     return write_members(out, _with_header(members, header))
 
 
+def _latency_floor_out_of_range(members: dict[str, bytes], out: Path) -> Path:
+    """A latency floor of a billion seconds: every latency the monitor sees would read as the same."""
+    header = _header(members)
+    header["params"]["telemetry"]["latency_floor_s"] = 1e9
+    return write_members(out, _with_header(members, header))
+
+
+def _fitted_latency_floor_out_of_range(members: dict[str, bytes], out: Path) -> Path:
+    """A fitted latency floor of -1 s (the array itself; its header entry is left true to it)."""
+    return write_members(out, {**members, "telemetry.latency_floor": _npy(np.array(-1.0))})
+
+
 HOSTILE_MODELS: dict[str, Callable[[dict[str, bytes], Path], Path]] = {
     "huge_dimension": _huge_dimension,
     "member_claims_huge_shape": _member_claims_huge_shape,
@@ -228,6 +240,8 @@ HOSTILE_MODELS: dict[str, Callable[[dict[str, bytes], Path], Path]] = {
     "mismatched_feature_width": _mismatched_feature_width,
     "truncated": _truncated,
     "member_lies_about_size": _compressed_member_lies_about_size,
+    "latency_floor_out_of_range": _latency_floor_out_of_range,
+    "fitted_latency_floor_out_of_range": _fitted_latency_floor_out_of_range,
 }
 
 
