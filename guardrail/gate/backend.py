@@ -113,6 +113,13 @@ class Roots:
         # The confinement tests themselves live in the probe program (one copy, run here and in the sandbox).
         object.__setattr__(self, "_core", remote_probe.Roots(self.lexical, self.real, self.trusted, self.untrusted,
                                                              self.pairs))
+        # Hashed once: a remote decision keys hundreds of (path, roots) pairs, and the generated hash walks every field.
+        object.__setattr__(self, "_hash", hash((self.lexical, self.real, self.trusted, self.untrusted, self.pairs)))
+        object.__setattr__(self, "_starts", {})
+        object.__setattr__(self, "_trusted", {})
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
 
     @classmethod
     def of(cls, paths: Iterable[str | os.PathLike[str]], *, trusted: bool = False,
@@ -149,11 +156,33 @@ class Roots:
 
     def start_of(self, path: str) -> tuple[str, str] | None:
         """The (as written, resolved) root `path` lies under as written, the longest one."""
-        return self._core.start_of(path)  # type: ignore[attr-defined, no-any-return]
+        memo: dict[str, Any] = self._starts  # type: ignore[attr-defined]
+        found = memo.get(path, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._core.start_of(path)  # type: ignore[attr-defined]
+            _remember(memo, path, found)
+        return found  # type: ignore[no-any-return]
 
     def trusts(self, path: str) -> bool:
         """Whether `path` lies under a trusted root and under no root the agent can write (lexically)."""
-        return self._core.trusts(path)  # type: ignore[attr-defined, no-any-return]
+        memo: dict[str, bool] = self._trusted  # type: ignore[attr-defined]
+        found = memo.get(path)
+        if found is None:
+            found = self._core.trusts(path)  # type: ignore[attr-defined]
+            _remember(memo, path, found)
+        return found  # type: ignore[return-value]
+
+
+# A remote decision asks these of the same few hundred paths every time (its revalidation): the answers are a pure
+# function of the path and these immutable roots, kept per Roots up to a bound and then started afresh.
+_UNSEEN = object()
+_MEMO_CAP = 8192
+
+
+def _remember(memo: dict[str, Any], path: str, value: Any) -> None:
+    if len(memo) >= _MEMO_CAP:
+        memo.clear()
+    memo[path] = value
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from guardrail.gate import budget, coreutils_probe, remote_probe
+from guardrail.gate import budget, coreutils_probe
 from guardrail.gate.backend import (
     DECISION_MEMO,
     ProbeUnavailable,
@@ -67,6 +67,7 @@ DEFAULT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
 _FIND_CANDIDATES = ("/usr/bin/find", "/bin/find")
 _ARG_CHUNK = 100_000  # hex characters per argv element (Linux caps one at 128 KiB)
 _MAX_REQUEST_HEX = 1_500_000  # all argv together stay well under ARG_MAX
+_DIR_LINKS_CAP = 4096  # symlinked directories remembered per backend (a bound on what an agent can make us keep)
 _FAILED = "sandbox probe failed"
 _SANDBOX_ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -114,13 +115,16 @@ def _int(value: Any) -> int:
 _KINDS = frozenset({"file", "dir", "other", "missing", "loop", "unknown", "outside"})
 
 
+_KIND_OF_HEX = {kind.encode().hex(): kind for kind in _KINDS}  # hundreds of answers a decision: no decoding each
+
+
 def _path_state(value: Any) -> PathState:
     if not isinstance(value, list) or len(value) != 5 or not isinstance(value[3], bool):
         raise ValueError("not a stat answer")
-    kind = _text(value[0])
-    if kind not in _KINDS:
-        raise ValueError(f"unknown kind {kind[:20]!r}")
-    return PathState(kind, _int(value[1]), _int(value[2]), value[3], _text(value[4])[:500])
+    kind = _KIND_OF_HEX.get(value[0]) if isinstance(value[0], str) else None
+    if kind is None:
+        raise ValueError(f"unknown kind {_text(value[0])[:20]!r}")
+    return PathState(kind, _int(value[1]), _int(value[2]), value[3], "" if value[4] == "" else _text(value[4])[:500])
 
 
 _MARKERS = {-1: "budget", -2: "too big for one answer", -3: "same", -4: "unsupported", -5: "failed", -6: "skipped"}
@@ -189,6 +193,7 @@ class RemoteBackend:
         self.fast_round_trips = 0  # of those, the ones answered by find (no interpreter started)
         self.coreutils = coreutils
         self._find: str | None = None
+        self._dir_links: set[str] = set()  # paths the sandbox's find showed to be symlinks to directories
         self.failures = 0
         self.last_failure: str | None = None
         self._candidates = (python,) if python else DEFAULT_PYTHONS
@@ -330,7 +335,7 @@ class RemoteBackend:
         """Answer a batch of stats with one ``find`` by argv (`coreutils_probe`), the probe program taking only what
         that leaves unresolved; None when the batch needs the probe program anyway."""
         assert self._find is not None
-        found = coreutils_probe.plan(self._find, wire, roots)
+        found = coreutils_probe.plan(self._find, wire, roots, self._dir_links)
         deadline = budget.current()
         timeout = self.timeout_s if deadline is None else min(self.timeout_s, deadline.remaining())
         if found is None or timeout <= 0.001 or sum(len(a) for a in found.argv) > _MAX_REQUEST_HEX:
@@ -348,11 +353,13 @@ class RemoteBackend:
         records = coreutils_probe.FindRecords(outcome[1], outcome[2], found.starts)
         if not records.valid:
             return None
+        for link in records.dir_links:  # the next plan asks where it leads (a set: any thread may add, none removes)
+            if len(self._dir_links) < _DIR_LINKS_CAP:
+                self._dir_links.add(link)
         answers = coreutils_probe.answer(wire, roots, records)
         left = [index for index, value in enumerate(answers) if value is coreutils_probe.UNRESOLVED]
-        encoded: list[str] = []
-        remote_probe._encode([None if value is coreutils_probe.UNRESOLVED else value for value in answers], encoded)
-        merged: list[Any] = json.loads("".join(encoded))
+        merged: list[Any] = [None if value is coreutils_probe.UNRESOLVED else coreutils_probe.wire(value)
+                             for value in answers]
         if left:
             rest = self._send(python, [wire[index] for index in left], roots, budget.current())
             if isinstance(rest, str):
@@ -676,6 +683,38 @@ class RemoteBackend:
             decision.reads[key] = data
         self._remember_content(prepared, within, limit, data, decision)
         return data
+
+    def read_many(self, paths: Sequence[str], within: Roots | None, limit: int) -> None:
+        """Read ahead, in one round-trip, what `read_prefix(path, within, limit)` will be asked of each of `paths` in
+        this decision (outside a decision, nothing: there is nowhere to keep the answers)."""
+        decision = self._decision()
+        if decision is None:
+            return
+        operations: list[tuple[Any, ...]] = []
+        for raw in paths:
+            prepared = self._prepared(raw, within)
+            if isinstance(prepared, PathState) or (prepared, within, limit) in decision.reads:
+                continue
+            with self._books:
+                held = self._content.get((prepared, within))
+            state = decision.stats.get((prepared, within))
+            if state is not None and held is not None and held.serves(state, limit):
+                continue
+            operations.append(("r", prepared, within, limit))
+        if not operations:
+            return
+        answers = self._ask(operations, decision)
+        if isinstance(answers, str):
+            return  # each read_prefix asks again, and says what it gets
+        for operation, answer in zip(operations, answers, strict=True):
+            if _marker(answer) is not None:
+                continue
+            try:
+                data = None if answer is None else _blob(answer)
+            except (TypeError, ValueError):
+                continue
+            decision.reads[(operation[1], within, limit)] = data
+            self._remember_content(operation[1], within, limit, data, decision)
 
     def which(self, program: str, directories: Sequence[str], within: Roots | None) -> str | None:
         if not program or "/" in program or "\x00" in program:

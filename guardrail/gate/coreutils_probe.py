@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple
 
 from guardrail.gate import remote_probe
 
-__all__ = ["FORMAT", "FindPlan", "FindRecords", "answer", "plan"]
+__all__ = ["FORMAT", "FindPlan", "FindRecords", "answer", "plan", "wire"]
 
 # x|- (executable, following symlinks), depth, type, type following symlinks, mode, size, mtime, path
 FORMAT = r"\0%d\0%y\0%Y\0%m\0%s\0%T@\0%p\0"
 _FIELDS = 8
-_OK_ERRORS = ("No such file or directory", "Not a directory")
+_ENOENT, _ENOTDIR = "No such file or directory", "Not a directory"
+_OK_ERRORS = (_ENOENT, _ENOTDIR)
 # How GNU find reports a start point it cannot stat, with LC_ALL=C: its argv[0] (the absolute path it was run by),
-# the path quoted, a quote inside it escaped.
-_ERROR = re.compile(r"/[\w/.-]*find: '((?:[^'\\]|\\')*)': (?:" + "|".join(map(re.escape, _OK_ERRORS)) + ")")
+# the path quoted, a quote inside it escaped, then which error.
+_ERROR = re.compile(r"/[\w/.-]*find: '((?:[^'\\]|\\')*)': (" + "|".join(map(re.escape, _OK_ERRORS)) + ")")
 _RECORD = re.compile(r"[x-]\0[01]\0[fdlbcps]\0[fdlbcpsNL?]\0[0-7]{1,4}\0\d{1,20}\0\d{1,12}(\.\d{1,10})?")
 _STAT_OPS = frozenset({"s", "sx", "lc", "rc", "sr"})
 UNRESOLVED = object()  # an operation the records do not settle: the probe program answers it
@@ -43,14 +44,13 @@ def _glob_escape(path: str) -> str:
     return "".join("\\" + ch if ch in "*?[]" else ch for ch in path)
 
 
-def _prefixes(path: str, scope: Any) -> list[str]:
+def _prefixes(path: str, scope: Any, dir_links: Collection[str]) -> list[str]:
     """The paths the component walk of `path` lstats (below its root), the root itself, and `path`."""
     start = scope.start_of(path) if scope is not None else None
     if start is None or scope.trusts(path):
-        # A plain stat: the path, its directory (how it is missing), and for a name without a suffix the path
-        # with "/." (the directory a symlink leads to, as stat() follows it: /bin -> usr/bin on merged-usr).
-        out = [os.path.dirname(path), path] if path != "/" else [path]
-        return out + [path + "/."] if "." not in os.path.basename(path) and path != "/" else out
+        # A plain stat: the path (find's error says how it is missing), and for a path known to be a symlink to a
+        # directory (/bin -> usr/bin on merged-usr) the path with "/.": the directory stat() follows it to.
+        return [path, path + "/."] if path in dir_links else [path]
     root = start[0]
     out = [root]
     current = root
@@ -68,9 +68,12 @@ class FindPlan(NamedTuple):
     starts: list[str]
 
 
-def plan(find: str, operations: Sequence[tuple[Any, ...]], roots: Sequence[Any]) -> FindPlan | None:
+def plan(find: str, operations: Sequence[tuple[Any, ...]], roots: Sequence[Any],
+         dir_links: Collection[str] = ()) -> FindPlan | None:
     """The one ``find`` run that answers `operations` (as `remote_probe.answer` gets them: roots by index), or None when
-    an operation needs more than stats and small listings."""
+    an operation needs more than stats and small listings. `dir_links`: paths an earlier run found to be symlinks to
+    directories (`FindRecords.dir_links`); a plain stat of one also asks where it leads, one of another is left
+    unresolved (the probe program answers it, and the next plan knows)."""
     starts: dict[str, None] = {}
     listed: dict[str, None] = {}
     for operation in operations:
@@ -80,7 +83,7 @@ def plan(find: str, operations: Sequence[tuple[Any, ...]], roots: Sequence[Any])
         if not _plain(path):
             return None
         scope = roots[operation[2]] if len(operation) > 2 and operation[2] >= 0 else None
-        for prefix in _prefixes(path, scope):
+        for prefix in _prefixes(path, scope, dir_links):
             starts.setdefault(prefix, None)
         if operation[0] == "sx" and path != "/":
             parent = os.path.dirname(path)
@@ -109,7 +112,8 @@ class FindRecords:
         self.valid = True
         self.stats: dict[str, tuple[str, ...]] = {}
         self.entries: dict[str, list[tuple[str, ...]]] = {}
-        self.missing: set[str] = set()
+        self.missing: set[str] = set()  # start points that are not there (ENOENT)
+        self.not_dir: set[str] = set()  # start points below a file (ENOTDIR)
         for line in stderr.splitlines():
             if not line.strip():
                 continue
@@ -117,7 +121,7 @@ class FindRecords:
             if error is None:
                 self.valid = False  # permission denied, a loop, a cut line...: the probe program says what it is
                 return
-            self.missing.add(error.group(1).replace("\\'", "'"))
+            (self.missing if error.group(2) == _ENOENT else self.not_dir).add(error.group(1).replace("\\'", "'"))
         fields = stdout.split("\0")
         if fields and fields[-1] == "":
             fields.pop()
@@ -134,8 +138,13 @@ class FindRecords:
                 self.stats[path] = record
             else:
                 self.entries.setdefault(os.path.dirname(path), []).append(record)
-        if any(start not in self.stats and start not in self.missing for start in starts):
+        if any(start not in self.stats and start not in self.missing and start not in self.not_dir for start in starts):
             self.valid = False
+
+    @property
+    def dir_links(self) -> list[str]:
+        """The start points that are symlinks to directories."""
+        return [path for path, record in self.stats.items() if record[2] == "l" and record[3] == "d"]
 
 
 def _state(record: tuple[str, ...]) -> tuple[str, int, int, bool, str]:
@@ -153,6 +162,12 @@ def _plain_stat(path: str, records: FindRecords) -> Any:
     """``os.stat`` (symlinks followed) from the records, for a path the agent cannot write."""
     record = records.stats.get(path)
     if record is None:
+        # find lstat()s a start point; when that fails, stat() fails the same way (they differ only on a last
+        # component that is a symlink, and then lstat succeeds).
+        if path in records.missing:
+            return _MISSING
+        if path in records.not_dir:
+            return _NOT_DIR
         parent = records.stats.get(os.path.dirname(path))
         if parent is not None and (parent[2] == "d" or parent[2] == "l" and parent[3] == "d"):
             return _MISSING
@@ -234,6 +249,28 @@ def _context(operation: tuple[Any, ...], scope: Any, records: FindRecords) -> An
         else:
             listing = (ancestors[-1][1][1], [os.path.basename(record[7]) for record in entries])
     return [state, ancestors, listing]
+
+
+_KIND_HEX = {kind: kind.encode().hex() for kind in ("file", "dir", "other", "missing", "loop")}
+
+
+def wire(value: Any) -> Any:
+    """What ``json.loads`` gives for `remote_probe._encode`'s text of `value` (strings hex-encoded, sequences as
+    lists), built directly: the backend's answers from `find` records take this form without a JSON round-trip."""
+    if type(value) is tuple and len(value) == 5 and value[0] in _KIND_HEX and value[4] == "":
+        return [_KIND_HEX[value[0]], value[1], value[2], value[3], ""]  # a state, the common answer: no recursion
+    if value is None or value is True or value is False or type(value) is int:
+        return value
+    if type(value) is str:
+        try:
+            return value.encode("utf-8", "surrogateescape").hex()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass").hex()
+    if type(value) is bytes:
+        return value.hex()
+    if isinstance(value, int):  # a subclass: bool is handled above, anything else reads as its integer
+        return int(value)
+    return [wire(item) for item in value]
 
 
 def answer(operations: Sequence[tuple[Any, ...]], roots: Sequence[Any], records: FindRecords) -> list[Any]:

@@ -134,6 +134,12 @@ def module_symbols(path: str, fs: FsView | None = None) -> ModuleSymbols:
     return view.cached_by_file(_SYMBOLS, path, compute)
 
 
+def _symbols_known(view: FsView, path: str, state: PathState) -> bool:
+    """Whether `module_symbols(path)` is cached for the file in `state` (so it will not read it)."""
+    hit = _SYMBOLS.get((view.key, path))
+    return hit is not None and hit[0] == state.mtime_ns and hit[1] == state.size
+
+
 def _parse_inline(text: str, units: int) -> ModuleSymbols:
     started = time.perf_counter()
     symbols = symbols_of_source(text)
@@ -622,7 +628,8 @@ class ModuleIndex:
         return info
 
     def _mtime(self, path: str) -> int:
-        state = self.fs.stat(path)
+        # The readable roots' stat: the one `module_symbols` takes of the same file (one stat a decision, not two).
+        state = self.fs.readable_state(path)
         return state.mtime_ns if state.exists else -1
 
     def _hooked(self, package: str, search: tuple[str, ...]) -> bool:
@@ -772,6 +779,33 @@ class ModuleIndex:
         self._closures[key] = (stamp, frozenset(loaded), uncertain)
         return loaded, uncertain
 
+    def _read_ahead(self, todo: list[str], search: tuple[str, ...], top: str, loaded: set[str],
+                    ahead: set[str]) -> None:
+        """The sources the closure walk will parse next (`todo`'s modules not parsed yet), read in one round-trip on
+        a remote backend instead of one each (`FsView.read_ahead`; a no-op on the local one)."""
+        view = self.fs or local_view()
+        if getattr(view.backend, "read_many", None) is None:
+            return
+        paths: list[str] = []
+        for dotted in todo:
+            parts = dotted.split(".")
+            if parts[0] != top:
+                continue
+            for depth in range(1, len(parts) + 1):
+                name = ".".join(parts[:depth])
+                if name in loaded:
+                    continue
+                info = self.find(name, search, hooks=False)
+                if info.status != "found":
+                    break
+                if info.kind in ("source", "package") and info.path not in ahead:
+                    paths.append(info.path)
+                if info.kind != "package":
+                    break  # a name below a module is an attribute (`from m import name`): finding it would read m
+        ahead.update(paths)
+        if len(paths) > 1:
+            view.read_ahead(paths, MAX_PARSE_BYTES, wanted=lambda path, state: not _symbols_known(view, path, state))
+
     def _closure(self, modules: list[str], search: tuple[str, ...], *, within: str,
                  limit: int) -> tuple[set[str], str | None, tuple[tuple[str, int], ...]]:
         top = within.partition(".")[0]
@@ -779,6 +813,7 @@ class ModuleIndex:
         loaded: set[str] = set()
         uncertain: str | None = None
         todo = list(modules)
+        ahead: set[str] = set()
         while todo and len(loaded) < limit:
             dotted = todo.pop()
             parts = dotted.split(".")
@@ -802,6 +837,9 @@ class ModuleIndex:
                 if symbols.error or symbols.import_hooks or symbols.dynamic_imports or symbols.path_assigned:
                     uncertain = uncertain or f"{name} imports modules dynamically or installs an import hook"
                 package = name if info.kind == "package" else name.rpartition(".")[0]
+                # What the loop below and the walk after it parse (each `from X import name` reads X for its hooks).
+                self._read_ahead([absolute_module(module, -level - 1 if level < 0 else level, package) or ""
+                                  for module, level in symbols.imported], search, top, loaded, ahead)
                 for module, level in symbols.imported:
                     if level < 0:  # `from X import name`: X.name is loaded when it is a module
                         candidate = absolute_module(module, -level - 1, package)

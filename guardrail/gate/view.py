@@ -154,6 +154,26 @@ class FsView:
         return names
 
     # ------------------------------------------------------------------ read
+    def read_ahead(self, paths: Iterable[str], cap: int = MAX_READ_BYTES,
+                   wanted: Callable[[str, PathState], bool] | None = None) -> None:
+        """On a backend that reads many files in one round-trip (``read_many``), read the files among `paths` that
+        `read_text(path, cap)` would read next, and that `wanted(path, state)` says are not known already, in one;
+        elsewhere, nothing (each read is as cheap as a batch)."""
+        read_many = getattr(self.backend, "read_many", None)
+        memo = _MEMO.get()
+        if read_many is None or memo is None:
+            return
+        me = id(self)
+        todo = [p for p in dict.fromkeys(paths) if isinstance(p, str) and not fsview.unsafe_to_read(p)]
+        unknown = [p for p in todo if (me, "read", p) not in memo]
+        if unknown:  # their stats first, in one call (most are in the decision's revalidation already)
+            for path, state in zip(unknown, self.backend.stat_many(unknown, self.readable), strict=True):
+                memo[(me, "read", path)] = state
+        files = [p for p in todo if memo[(me, "read", p)].kind == "file"
+                 and (wanted is None or wanted(p, memo[(me, "read", p)]))]
+        if len(files) > 1:
+            read_many(files, self.readable, cap)
+
     def read_text(self, path: str, cap: int = MAX_READ_BYTES) -> str | None:
         """The text of a regular file under the readable roots, or None (outside, not regular, over `cap`)."""
         if self.readable is not None and self.readable_state(path).kind != "file":
