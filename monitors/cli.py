@@ -47,9 +47,9 @@ def healthy_stats_shard(shard: dict[str, Any]) -> dict[str, Any]:
     steps = [s for e in episodes for s in e.steps]
     telemetry = Telemetry(**shard["telemetry"])
     keys = [telemetry.episode_keys(e) for e in episodes]
-    timed = [s.latency_s for s in steps if s.latency_s is not None]
+    timed, fast = telemetry.latency_counts(steps)
     return {"steps": len(steps), "with_logprobs": sum(1 for s in steps if s.token_logprobs),
-            "timed": len(timed), "fast": sum(1 for v in timed if v < telemetry.latency_floor_s),
+            "timed": timed, "fast": fast,
             "keys": [[sorted(k.shapes), sorted(k.tools), sorted(k.words)] for k in keys]}
 
 

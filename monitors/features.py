@@ -53,6 +53,7 @@ _CONTEXT_CAP = 20000  # words an episode's novelty context keeps (bounded memory
 # spread, so one 0.4 s stall would alarm for the rest of the run: its latencies are read with this floor.
 LATENCY_FLOOR_S = 0.5
 _FAST_SHARE = 0.99  # "nearly all": the share of timed healthy steps under the floor that makes a deployment fast
+MAX_LATENCY_FLOOR_S = 3600.0
 
 # Words that make a result read as a failed call, whatever the tool's own error flag says.
 _ERROR_WORDS = frozenset({"error", "exception", "traceback", "unavailable", "timed", "timeout",
@@ -161,14 +162,13 @@ class Telemetry:
         unknown = set(self.channels) - set(CHANNELS)
         if unknown:
             raise ValueError(f"unknown channel(s) {sorted(unknown)}; choose from {CHANNELS}")
-        if not 0.0 <= self.latency_floor_s <= 3600.0:
-            raise ValueError(f"latency_floor_s must be in [0, 3600] seconds, got {self.latency_floor_s}")
+        if not 0.0 <= self.latency_floor_s <= MAX_LATENCY_FLOOR_S:
+            raise ValueError(f"latency_floor_s must be in [0, {MAX_LATENCY_FLOOR_S:g}] seconds, got {self.latency_floor_s}")
         steps = [s for e in healthy for s in e.steps]
         with_logprobs = sum(1 for s in steps if s.token_logprobs)
         has_u = bool(steps) and with_logprobs / len(steps) >= self.min_logprob_coverage
         self.set_channels(tuple(c for c in CHANNELS if c in self.channels and (c != "u" or has_u)))
-        timed = [s.latency_s for s in steps if s.latency_s is not None]
-        self.set_latency_floor(self.latency_floor_for(len(timed), sum(1 for v in timed if v < self.latency_floor_s)))
+        self.set_latency_floor(self.latency_floor_for(*self.latency_counts(steps)))
         self._train_keys = [self.episode_keys(e) for e in healthy]
         self.fit_lexicon(self._train_keys)
         return self
@@ -179,13 +179,19 @@ class Telemetry:
         keys, self._train_keys = self._train_keys, []
         return [self._features(e, own) for e, own in zip(healthy, keys, strict=True)]
 
+    def latency_counts(self, steps: Sequence[Step]) -> tuple[int, int]:
+        """(steps with a latency, those of them under `latency_floor_s`): what `latency_floor_for` decides on (the
+        per-shard half of a distributed fit)."""
+        timed = [s.latency_s for s in steps if s.latency_s is not None]
+        return len(timed), sum(1 for v in timed if v < self.latency_floor_s)
+
     def latency_floor_for(self, timed_steps: int, fast_steps: int) -> float:
         """`latency_floor_s` when at least 99% of `timed_steps` healthy steps (`fast_steps` of them) ran under it."""
         return self.latency_floor_s if timed_steps and fast_steps >= _FAST_SHARE * timed_steps else 0.0
 
     def set_latency_floor(self, floor: float) -> None:
-        if not (math.isfinite(floor) and 0.0 <= floor <= 3600.0):
-            raise ValueError(f"a latency floor must be a number of seconds in [0, 3600], got {floor}")
+        if not (math.isfinite(floor) and 0.0 <= floor <= MAX_LATENCY_FLOOR_S):
+            raise ValueError(f"a latency floor must be a number of seconds in [0, {MAX_LATENCY_FLOOR_S:g}], got {floor}")
         self.latency_floor_ = float(floor)
 
     def episode_keys(self, episode: Episode) -> EpisodeKeys:

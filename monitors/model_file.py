@@ -24,7 +24,7 @@ import numpy as np
 from guardrail.core.fileio import UnsafeFile, atomic_write_bytes, json_nesting_exceeds, read_regular
 from guardrail.core.version import version
 from monitors.calibration import Calibration
-from monitors.features import CHANNELS, Telemetry
+from monitors.features import CHANNELS, MAX_LATENCY_FLOOR_S, Telemetry
 from monitors.hybrid import Hybrid
 from monitors.monitor import StepMonitor
 
@@ -303,8 +303,9 @@ def _header_problem(header: dict[str, Any]) -> str | None:
             and not e_dim & (e_dim - 1)):
         return f"telemetry e_dim must be a power of two in [4, {MAX_E_DIM}], got {_one_line(repr(e_dim), 40)}"
     floor = telemetry.get("latency_floor_s", 0.0)
-    if not (_finite_number(floor) and 0.0 <= floor <= 3600.0):
-        return f"telemetry latency_floor_s must be a number of seconds in [0, 3600], got {_one_line(repr(floor), 40)}"
+    if not (_finite_number(floor) and 0.0 <= floor <= MAX_LATENCY_FLOOR_S):
+        return (f"telemetry latency_floor_s must be a number of seconds in [0, {MAX_LATENCY_FLOOR_S:g}], "
+                f"got {_one_line(repr(floor), 40)}")
     channels = header["telemetry"].get("channels")
     if not (isinstance(channels, list) and channels and all(c in CHANNELS for c in channels)
             and len(set(channels)) == len(channels)):

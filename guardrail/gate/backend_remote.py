@@ -127,6 +127,7 @@ def _path_state(value: Any) -> PathState:
     return PathState(kind, _int(value[1]), _int(value[2]), value[3], "" if value[4] == "" else _text(value[4])[:500])
 
 
+_NOT_HELD = object()  # `RemoteBackend._held_read`: nothing held for that read
 _MARKERS = {-1: "budget", -2: "too big for one answer", -3: "same", -4: "unsupported", -5: "failed", -6: "skipped"}
 _HINT_LISTING = 5_000  # a missing path's nearest directory is listed along with it when it holds at most this many
 _SOURCE_READ = 256 * 1024  # a Python file stat'ed under the roots comes with its content when at most this big
@@ -655,34 +656,50 @@ class RemoteBackend:
         self._remember_listing(prepared, within, limit, listing)
         return listing
 
+    def _held_read(self, prepared: str, within: Roots | None, limit: int, decision: _Decision | None) -> Any:
+        """What this decision already read of the file, or the content held from an earlier one while the file's
+        stat in this decision still matches it; `_NOT_HELD` otherwise."""
+        if decision is None:
+            return _NOT_HELD
+        key = (prepared, within, limit)
+        if key in decision.reads:
+            return decision.reads[key]
+        state = decision.stats.get((prepared, within))
+        with self._books:
+            held = self._content.get((prepared, within))
+            if state is not None and state.kind == "file" and held is not None and held.serves(state, limit):
+                self._content.move_to_end((prepared, within))
+                return held.data[:limit + 1]
+        return _NOT_HELD
+
+    def _keep_read(self, prepared: str, within: Roots | None, limit: int, answer: Any,
+                   decision: _Decision | None) -> bytes | None:
+        """A read's answer as bytes (None: not a regular file), kept in the decision and the content cache; raises
+        ValueError for a marker or a malformed answer (nothing is kept)."""
+        if _marker(answer) is not None:
+            raise ValueError("no content")
+        data = None if answer is None else _blob(answer)
+        if decision is not None:
+            decision.reads[(prepared, within, limit)] = data
+        self._remember_content(prepared, within, limit, data, decision)
+        return data
+
     def read_prefix(self, path: str, within: Roots | None, limit: int) -> bytes | None:
         prepared = self._prepared(path, within)
         if isinstance(prepared, PathState):
             return None
         decision = self._decision()
-        key = (prepared, within, limit)
-        if decision is not None:
-            if key in decision.reads:
-                return decision.reads[key]
-            state = decision.stats.get((prepared, within))
-            with self._books:
-                held = self._content.get((prepared, within))
-                if state is not None and state.kind == "file" and held is not None and held.serves(state, limit):
-                    self._content.move_to_end((prepared, within))
-                    return held.data[:limit + 1]
+        held = self._held_read(prepared, within, limit, decision)
+        if held is not _NOT_HELD:
+            return held  # type: ignore[no-any-return]
         answers = self._ask([("r", prepared, within, limit)], decision)
-        if isinstance(answers, str) or _marker(answers[0]) is not None:
-            taint()
-            return None  # unreadable is unknown: whatever depends on the text is not decided, nor cached
         try:
-            data = None if answers[0] is None else _blob(answers[0])
+            if isinstance(answers, str):
+                raise ValueError(answers)
+            return self._keep_read(prepared, within, limit, answers[0], decision)
         except (TypeError, ValueError):
             taint()
-            return None
-        if decision is not None:
-            decision.reads[key] = data
-        self._remember_content(prepared, within, limit, data, decision)
-        return data
+            return None  # unreadable is unknown: whatever depends on the text is not decided, nor cached
 
     def read_many(self, paths: Sequence[str], within: Roots | None, limit: int) -> None:
         """Read ahead, in one round-trip, what `read_prefix(path, within, limit)` will be asked of each of `paths` in
@@ -690,31 +707,19 @@ class RemoteBackend:
         decision = self._decision()
         if decision is None:
             return
-        operations: list[tuple[Any, ...]] = []
-        for raw in paths:
-            prepared = self._prepared(raw, within)
-            if isinstance(prepared, PathState) or (prepared, within, limit) in decision.reads:
-                continue
-            with self._books:
-                held = self._content.get((prepared, within))
-            state = decision.stats.get((prepared, within))
-            if state is not None and held is not None and held.serves(state, limit):
-                continue
-            operations.append(("r", prepared, within, limit))
-        if not operations:
+        prepared_paths = [self._prepared(raw, within) for raw in paths]
+        wanted = [prepared for prepared in prepared_paths
+                  if isinstance(prepared, str) and self._held_read(prepared, within, limit, decision) is _NOT_HELD]
+        if not wanted:
             return
-        answers = self._ask(operations, decision)
+        answers = self._ask([("r", prepared, within, limit) for prepared in wanted], decision)
         if isinstance(answers, str):
             return  # each read_prefix asks again, and says what it gets
-        for operation, answer in zip(operations, answers, strict=True):
-            if _marker(answer) is not None:
-                continue
+        for prepared, answer in zip(wanted, answers, strict=True):
             try:
-                data = None if answer is None else _blob(answer)
+                self._keep_read(prepared, within, limit, answer, decision)
             except (TypeError, ValueError):
-                continue
-            decision.reads[(operation[1], within, limit)] = data
-            self._remember_content(operation[1], within, limit, data, decision)
+                continue  # read_prefix asks again
 
     def which(self, program: str, directories: Sequence[str], within: Roots | None) -> str | None:
         if not program or "/" in program or "\x00" in program:

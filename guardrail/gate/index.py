@@ -779,15 +779,16 @@ class ModuleIndex:
         self._closures[key] = (stamp, frozenset(loaded), uncertain)
         return loaded, uncertain
 
-    def _read_ahead(self, todo: list[str], search: tuple[str, ...], top: str, loaded: set[str],
+    def _read_ahead(self, modules: list[str], search: tuple[str, ...], top: str, loaded: set[str],
                     ahead: set[str]) -> None:
-        """The sources the closure walk will parse next (`todo`'s modules not parsed yet), read in one round-trip on
-        a remote backend instead of one each (`FsView.read_ahead`; a no-op on the local one)."""
+        """The sources of `modules` (a parsed module's imports) and of their packages under `top` that the closure
+        walk has not parsed or asked for (`ahead`), read in one round-trip on a remote backend instead of one each
+        (`FsView.read_ahead`; a no-op on the local one)."""
         view = self.fs or local_view()
         if getattr(view.backend, "read_many", None) is None:
             return
         paths: list[str] = []
-        for dotted in todo:
+        for dotted in modules:
             parts = dotted.split(".")
             if parts[0] != top:
                 continue
@@ -803,8 +804,7 @@ class ModuleIndex:
                 if info.kind != "package":
                     break  # a name below a module is an attribute (`from m import name`): finding it would read m
         ahead.update(paths)
-        if len(paths) > 1:
-            view.read_ahead(paths, MAX_PARSE_BYTES, wanted=lambda path, state: not _symbols_known(view, path, state))
+        view.read_ahead(paths, MAX_PARSE_BYTES, wanted=lambda path, state: not _symbols_known(view, path, state))
 
     def _closure(self, modules: list[str], search: tuple[str, ...], *, within: str,
                  limit: int) -> tuple[set[str], str | None, tuple[tuple[str, int], ...]]:
