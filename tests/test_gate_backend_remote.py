@@ -307,8 +307,9 @@ def _gnu_find() -> bool:
 
 def _require_gnu_find() -> None:
     if not _gnu_find():
-        pytest.skip("no GNU find at /usr/bin/find or /bin/find, the only places the backend looks (its -printf is "
-                    "what the fast path reads): apt-get install findutils")
+        pytest.skip("this machine has no GNU find at /usr/bin/find or /bin/find, the only places the backend looks "
+                    "(the fast path reads GNU find's -printf records; without it every batch goes to the probe "
+                    "program, which the other tests here cover). To run this test: apt-get install findutils")
 
 
 def test_stats_are_answered_by_find_without_an_interpreter_and_agree(tmp_path: Path) -> None:
@@ -421,9 +422,9 @@ def test_a_symlinked_directory_costs_one_interpreter_round_trip_then_finds_alone
     assert (fast.round_trips - before[0], fast.fast_round_trips - before[1]) == (1, 1)
 
 
-def test_a_package_whose_import_loads_many_modules_reads_them_together(tmp_path: Path) -> None:
-    """`python -m pkg.missing` follows what importing pkg loads: through a sandbox, its modules' sources are read in a
-    few round-trips (a batch per module whose imports name them), not one each, and the answer is the local one."""
+def _with_big_package(tmp_path: Path, padded: tuple[int, ...] = ()) -> Path:
+    """The fixture workspace with `bigpkg`: an `__init__` importing a name from each of its 12 modules (those in
+    `padded` over 256 KiB)."""
     import shutil
 
     ws = Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
@@ -431,7 +432,14 @@ def test_a_package_whose_import_loads_many_modules_reads_them_together(tmp_path:
     big.mkdir()
     (big / "__init__.py").write_text("".join(f"from .m{n} import name{n}\n" for n in range(12)))
     for n in range(12):
-        (big / f"m{n}.py").write_text(f"import os\nname{n} = {n}\n")
+        (big / f"m{n}.py").write_text(f"import os\nname{n} = {n}\n" + ("# padding\n" * 30_000 if n in padded else ""))
+    return ws
+
+
+def test_a_package_whose_import_loads_many_modules_reads_them_together(tmp_path: Path) -> None:
+    """`python -m pkg.missing` follows what importing pkg loads: through a sandbox, its modules' sources are read in a
+    few round-trips (a batch per module whose imports name them), not one each, and the answer is the local one."""
+    ws = _with_big_package(tmp_path)
     recording = Recording()
     backend = RemoteBackend(recording, coreutils=False)  # every round-trip is the probe program: countable
     gate = _warm_gate(backend, ws)
@@ -463,3 +471,44 @@ def test_find_answers_take_the_form_the_probe_programs_json_gives(value: Any) ->
     encoded: list[str] = []
     _encode(value, encoded)
     assert wire(value) == json.loads("".join(encoded))
+
+
+class LyingOnBatchedReads(Tampered):
+    """Honest, except on a request that reads several files at once (the closure's read-ahead: their stats with
+    content, then any reads left): that one lies."""
+
+    lied = 0
+
+    def __call__(self, argv: list[str], *, timeout_s: float,
+                 env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
+        import marshal
+
+        self.armed = False
+        if MAGIC in argv:
+            request = marshal.loads(bytes.fromhex("".join(argv[argv.index(MAGIC) + 1:])))
+            self.armed = sum(1 for operation in request[3] if operation[0] in ("r", "sr")) > 1
+            self.lied += self.armed
+        return super().__call__(argv, timeout_s=timeout_s, env=env)
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_a_lying_sandbox_during_the_closures_read_ahead_makes_it_unknown_never_false(tmp_path: Path,
+                                                                                      name: str) -> None:
+    """The batched reads of a package's modules (`FsView.read_ahead`: stats with content, then `read_many`) get
+    garbage, wrong shapes, huge or nested answers or none: every predicate says what the local gate says or is
+    unknown (each read is asked again, honestly here), and the decision ends in bounded time."""
+    # two modules over the 256 KiB a stat brings along: `read_many` reads those itself
+    ws = _with_big_package(tmp_path, padded=(0, 1))
+    transport = LyingOnBatchedReads(TAMPERING[name])
+    gate = Gate(ws, budget_s=1.0, backend=RemoteBackend(transport, timeout_s=0.3), python=sys.executable)
+    local = Gate(ws, budget_s=10.0, python=sys.executable)
+    assert gate.index() is not None
+    action = {"kind": "shell", "command": "python -m bigpkg.cli_main --help"}
+    started = time.perf_counter()
+    report = gate.check(action)
+    assert time.perf_counter() - started < 2.5 and transport.lied >= 1
+    assert report.error is None
+    truth = {(r.predicate.name, tuple(map(str, r.predicate.args))): r.outcome for r in local.check(action).results}
+    for result in report.results:  # each answer is the local one, or unknown: a lie never becomes an answer
+        assert result.outcome in (truth.get((result.predicate.name, tuple(map(str, result.predicate.args)))),
+                                  Outcome.UNKNOWN), (name, result)

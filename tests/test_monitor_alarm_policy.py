@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from guardrail import Guard
 from guardrail.core.events import Episode, Finding, Severity, Step, StepKind
 from guardrail.core.guard import GuardError
 from guardrail.core.layer import EpisodeContext, Layer
-from monitors.monitor import StepMonitor
+from monitors import StepMonitor, Telemetry
 from tests.scripted_clients import scripted_client_class
 
 ITEMS = ["SKU-1001", "SKU-1002", "SKU-1003", "SKU-1004", "SKU-1005", "SKU-1006", "SKU-1007", "SKU-1008"]
@@ -170,9 +171,9 @@ def langchain_tools() -> list[StructuredTool]:
     return [StructuredTool.from_function(lookup_price), StructuredTool.from_function(read_note)]
 
 
-def langgraph_agent(guard: Guard, *, follows_hints: bool = True) -> Any:
+def langgraph_agent(guard: Guard, *, follows_hints: bool = True, tools: list[StructuredTool] | None = None) -> Any:
     middleware = guard.langchain_middleware()
-    return guard.bind(create_agent(ShopChatModel(follows_hints=follows_hints), langchain_tools(),
+    return guard.bind(create_agent(ShopChatModel(follows_hints=follows_hints), tools or langchain_tools(),
                                    middleware=middleware, checkpointer=InMemorySaver()))
 
 
@@ -233,15 +234,24 @@ def healthy_tasks(n: int, seed: int = 0) -> list[str]:
                       list(dict.fromkeys(rng.choices(topics, weights, k=rng.choice((1, 2)))))) for _ in range(n)]
 
 
+def fitted(episodes: list[Episode], telemetry: Telemetry | None = None) -> StepMonitor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return StepMonitor(telemetry=telemetry).fit(episodes)
+
+
 @pytest.fixture(scope="module")
-def monitor() -> StepMonitor:
+def langgraph_healthy() -> list[Episode]:
     keep = KeepRuns()
     guard = Guard.default(extra_layers=[keep])
     for i, task in enumerate(healthy_tasks(40)):
         langgraph_agent(guard).invoke({"messages": [HumanMessage(task)]}, {"configurable": {"thread_id": f"h{i}"}})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return StepMonitor().fit(keep.episodes)
+    return keep.episodes
+
+
+@pytest.fixture(scope="module")
+def monitor(langgraph_healthy: list[Episode]) -> StepMonitor:
+    return fitted(langgraph_healthy)
 
 
 FAULTY = task_text(["SKU-1002", "SKU-1005"], [FAULTY_TOPIC])
@@ -315,25 +325,29 @@ def test_a_halted_repair_names_the_failing_check_and_the_hint_of_each_attempt(mo
 
 
 # ----------------------------------------------------------------------------- AutoGen
-async def autogen_run(guard: Guard, task: str, client: ShopChatClient | None = None) -> tuple[Any, Any]:
+async def autogen_run(guard: Guard, task: str, client: ShopChatClient | None = None,
+                      tools: list[FunctionTool] | None = None) -> tuple[Any, Any]:
     guarded = AutoGenGuard(guard)  # no task given: the guard reads it off the first user message
     agent = AssistantAgent("shop", guarded.model_client(client or ShopChatClient()),
-                           workbench=guarded.workbench(autogen_tools()), max_tool_iterations=12)
+                           workbench=guarded.workbench(tools or autogen_tools()), max_tool_iterations=12)
     result = await agent.run(task=task)
     return result, await guarded.afinish(result)
 
 
 @pytest.fixture(scope="module")
-def autogen_monitor() -> StepMonitor:
+def autogen_healthy() -> list[Episode]:
     import asyncio
 
     keep = KeepRuns()
     guard = Guard.default(extra_layers=[keep])
     for task in healthy_tasks(40):
         asyncio.run(autogen_run(guard, task))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return StepMonitor().fit(keep.episodes)
+    return keep.episodes
+
+
+@pytest.fixture(scope="module")
+def autogen_monitor(autogen_healthy: list[Episode]) -> StepMonitor:
+    return fitted(autogen_healthy)
 
 
 async def test_autogen_agent_end_of_run_verdict_warns_on_an_alarm(autogen_monitor: StepMonitor) -> None:
@@ -415,3 +429,53 @@ def test_the_end_of_run_verdict_follows_the_alarm_policy(on_alarm: str, mode: st
 def test_an_unknown_alarm_policy_is_refused() -> None:
     with pytest.raises(GuardError, match="on_alarm must be one of"):
         Guard(on_alarm="ignore")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- a host stall on a fast deployment
+STALL_S = 0.45  # one stall of the machine (a garbage collection, another tenant), not a slow tool
+
+
+def stalling_read_note() -> Any:
+    """`read_note` whose first call stalls for STALL_S: the same tool, the same answers."""
+    stalled: list[bool] = []
+
+    def stalled_read_note(topic: str) -> str:
+        if not stalled:
+            stalled.append(True)
+            time.sleep(STALL_S)
+        return read_note(topic)
+
+    return stalled_read_note
+
+
+def test_a_host_stall_is_no_alarm_on_a_fast_langgraph_deployment(langgraph_healthy: list[Episode],
+                                                                  monitor: StepMonitor) -> None:
+    """The shop's model and tools answer in milliseconds, so its healthy runs have no latency spread: the monitor
+    fitted on them reads latencies under half a second as equal, and one stall of 0.45 s is a healthy run."""
+    task = healthy_tasks(1, seed=5)[0]
+
+    def run(model: StepMonitor, thread: str) -> dict[str, Any]:
+        tools = [StructuredTool.from_function(lookup_price),
+                 StructuredTool.from_function(stalling_read_note(), name="read_note", description=read_note.__doc__)]
+        agent = langgraph_agent(Guard.default(model=model), tools=tools)
+        return agent.invoke({"messages": [HumanMessage(task)]}, {"configurable": {"thread_id": thread}})
+
+    state = run(monitor, "stall")
+    assert state["guardrail_verdict"] == "allow", state["guardrail_findings"]
+    unfloored = fitted(langgraph_healthy, Telemetry(latency_floor_s=0.0))  # what the floor is for
+    assert [f["check"] for f in run(unfloored, "stall-unfloored")["guardrail_findings"]] == ["step_monitor"]
+
+
+async def test_a_host_stall_is_no_alarm_on_a_fast_autogen_deployment(autogen_healthy: list[Episode],
+                                                                     autogen_monitor: StepMonitor) -> None:
+    task = healthy_tasks(1, seed=5)[0]
+
+    def tools() -> list[FunctionTool]:
+        return [FunctionTool(lookup_price, description="Look up an item's price in USD."),
+                FunctionTool(stalling_read_note(), name="read_note", description="Read the shop's note on a topic.")]
+
+    _, decision = await autogen_run(Guard.default(model=autogen_monitor), task, tools=tools())
+    assert decision.verdict.value == "allow", decision.findings
+    unfloored = fitted(autogen_healthy, Telemetry(latency_floor_s=0.0))
+    _, decision = await autogen_run(Guard.default(model=unfloored), task, tools=tools())
+    assert [f.check for f in decision.findings] == ["step_monitor"]
