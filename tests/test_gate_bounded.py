@@ -122,7 +122,8 @@ def test_huge_and_deeply_nested_inputs_return_quickly(proj: Path) -> None:
 
 def test_nul_bytes_and_surrogates_never_raise(proj: Path) -> None:
     gate = Gate(proj, budget_s=BUDGET_S)
-    for text in ["cat a\x00b", "cat \udcff", "python -c 'import \x00'", "open \x00 5", "cd \ud800 && ls"]:
+    for text in ["cat a\x00b", "cat \udcff", "python -c 'import \x00'", "open \x00 5", "cd \ud800 && ls",
+                 "create ~\x00", "cat ~a\x00b/x"]:  # `~` then a NUL: os.path.expanduser raised on the user name
         gate.check({"kind": "shell", "command": text})
         gate.check({"kind": "swe_agent", "command": text})
     report = gate.check({"kind": "tool", "tool": "str_replace_editor",

@@ -12,7 +12,7 @@ from guardrail.core.pysyntax import parse_python
 from guardrail.gate import budget
 from guardrail.gate.budget import PARSE_COST
 from guardrail.gate.predicates import Predicate
-from guardrail.gate.scope import Scope
+from guardrail.gate.scope import Scope, resolve_path
 
 __all__ = ["MAX_CODE_CHARS", "extract_python"]
 
@@ -355,7 +355,7 @@ class _Walker(ast.NodeVisitor):
         self.scope.create(self._resolve(path))
 
     def _resolve(self, path: str) -> str:
-        return os.path.normpath(os.path.join(self.cwd, os.path.expanduser(path)))
+        return resolve_path(path, self.cwd)
 
     def _path(self, name: str, path: str) -> None:
         if not _plausible_path(path):

@@ -29,7 +29,12 @@ def normalize_dist(spec: str) -> str | None:
 
 
 def resolve_path(path: str, cwd: str) -> str:
-    return os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+    """`path` (``~`` and ``~user`` expanded) made absolute against `cwd`, normalised."""
+    try:
+        expanded = os.path.expanduser(path)
+    except ValueError:  # `~name` with a NUL byte in the name: the user database refuses it, so no such user
+        expanded = path
+    return os.path.normpath(os.path.join(cwd, expanded))
 
 
 @dataclass
